@@ -1,0 +1,55 @@
+# The two commands of README.md:
+#   make run    set up, build, and run the main job (explain on the bundled Llama-3.1-8B config)
+#   make test   set up, build, and run every test: a normal build and an ASan+UBSan build
+# Both install missing Debian packages first when run as root.
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+WERROR     ?= false
+MODEL      ?= tests/fixtures/configs/llama-3.1-8b
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+
+DEBIAN_PACKAGES = gcc libc6-dev pkg-config meson ninja-build python3 binutils \
+                  libjansson-dev libyaml-dev libcunit1-dev
+
+MESON_COMMON = -Dwerror=$(WERROR)
+
+.PHONY: all deps build build-asan run test test-normal test-asan bench clean
+
+all: build
+
+deps:
+	@sh tools/install_deps.sh $(DEBIAN_PACKAGES)
+
+$(BUILD)/build.ninja: | deps
+	meson setup $(BUILD) $(MESON_COMMON)
+
+$(ASAN_BUILD)/build.ninja: | deps
+	meson setup $(ASAN_BUILD) $(MESON_COMMON) -Db_sanitize=address,undefined -Dbuildtype=debug
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+build-asan: deps $(ASAN_BUILD)/build.ninja
+	ninja -C $(ASAN_BUILD)
+
+run: build
+	$(BUILD)/host/llmhost explain $(MODEL)
+
+test-normal: build
+	-meson test -C $(BUILD) --print-errorlogs --num-processes $(JOBS)
+
+test-asan: build-asan
+	-ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  meson test -C $(ASAN_BUILD) --print-errorlogs --num-processes $(JOBS)
+
+# Runs both suites to the end, then one closing line counting every test; fails if any failed.
+test: test-normal test-asan
+	@python3 tools/test_summary.py $(BUILD) $(ASAN_BUILD)
+
+bench: build
+	@sh tools/install_deps.sh strace
+	sh tools/bench/resolve_bench.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

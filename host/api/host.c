@@ -1,0 +1,303 @@
+/* The public embedding API (llmhost.h): a thin layer over the registry, the config parsers,
+ * resolution and the module tree. */
+#include "llmhost.h"
+
+#include "api/host_api_table.h"
+#include "config/model_config.h"
+#include "config/run_config.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/paths.h"
+#include "model/model.h"
+#include "registry/registry.h"
+#include "resolve/resolve.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+struct lh_host {
+    lh_registry reg;
+};
+
+lh_status lh_host_create(const lh_host_options *opts, lh_host **out, lh_err *err)
+{
+    *out = NULL;
+    lh_err_clear(err);
+    char *dir = NULL;
+    lh_status st;
+    if (opts && opts->plugin_dir) {
+        dir = strdup(opts->plugin_dir);
+        st = dir ? LH_OK : lh_err_set(err, LH_E_NOMEM, "out of memory");
+    } else {
+        st = lh_find_builtin_plugin_dir(&dir, err);
+    }
+    if (st != LH_OK)
+        return st;
+    lh_host *h = calloc(1, sizeof *h);
+    if (!h) {
+        free(dir);
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    }
+    bool insecure = opts && opts->allow_insecure_plugins;
+    if (insecure)
+        lh_log(LH_LOG_WARN, "--allow-insecure-plugins: plugin permission checks are waived; "
+                            "files anyone may write can run code in this process");
+    st = lh_registry_init(&h->reg, dir, insecure, err);
+    free(dir);
+    if (st != LH_OK) {
+        free(h);
+        return st;
+    }
+    *out = h;
+    return LH_OK;
+}
+
+void lh_host_free(lh_host *h)
+{
+    if (!h)
+        return;
+    lh_registry_destroy(&h->reg);
+    free(h);
+}
+
+lh_status lh_host_add_custom_dir(lh_host *h, const char *dir, lh_err *err)
+{
+    if (!dir || !*dir)
+        return lh_err_set(err, LH_E_USAGE, "custom module dir: empty path");
+    lh_registry_lock(&h->reg);
+    lh_status st = lh_registry_add_dir(&h->reg, dir, err);
+    lh_registry_unlock(&h->reg);
+    return st;
+}
+
+lh_status lh_host_remove_custom_dir(lh_host *h, const char *dir, lh_err *err)
+{
+    if (!dir)
+        return lh_err_set(err, LH_E_USAGE, "custom module dir: NULL path");
+    lh_registry_lock(&h->reg);
+    lh_status st = lh_registry_remove_dir(&h->reg, dir, err);
+    lh_registry_unlock(&h->reg);
+    return st;
+}
+
+lh_status lh_host_add_custom_dirs_from_env(lh_host *h, lh_err *err)
+{
+    const char *env = getenv("LLMHOST_CUSTOM_MODULE_DIRS");
+    if (!env || !*env)
+        return LH_OK;
+    char *copy = strdup(env);
+    if (!copy)
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    lh_status st = LH_OK;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ":", &save); tok && st == LH_OK;
+         tok = strtok_r(NULL, ":", &save)) {
+        st = lh_host_add_custom_dir(h, tok, err);
+        if (st != LH_OK)
+            lh_err_prefix(err, "LLMHOST_CUSTOM_MODULE_DIRS");
+    }
+    free(copy);
+    return st;
+}
+
+static lh_status dump(json_t *j, char **out, lh_err *err)
+{
+    *out = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    return *out ? LH_OK : lh_err_set(err, LH_E_NOMEM, "out of memory");
+}
+
+static json_t *loaded_plugins(const lh_registry *reg)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < reg->n_modules; i++)
+        if (reg->modules[i]->state == LH_MOD_STATE_LOADED)
+            json_array_append_new(a, json_string(reg->modules[i]->path));
+    return a;
+}
+
+static json_t *index_json(const lh_arch_index *idx, const char *origin)
+{
+    json_t *rows = json_array();
+    for (size_t i = 0; i < idx->n_rows; i++) {
+        const lh_index_row *r = &idx->rows[i];
+        char *so = lh_path_join(idx->dir, r->shared_object);
+        json_array_append_new(rows, json_pack("{s:s,s:s,s:s,s:i}", "kind", lh_kind_name(r->kind),
+                                              "name", r->name, "shared_object", so ? so : "",
+                                              "line", r->line));
+        free(so);
+    }
+    return json_pack("{s:s,s:s,s:b,s:o}", "path", idx->path, "origin", origin, "lazy", 1, "rows",
+                     rows);
+}
+
+static json_t *module_json(const lh_module_rec *m)
+{
+    json_t *regs = json_array();
+    for (size_t i = 0; i < m->n_log; i++)
+        json_array_append_new(regs, json_pack("{s:s,s:s,s:s}", "kind",
+                                              lh_kind_name(m->log[i]->kind), "name",
+                                              m->log[i]->name, "outcome",
+                                              lh_reg_outcome_name(m->log[i]->outcome)));
+    json_t *j = json_pack("{s:s,s:s,s:s}", "path", m->path, "origin",
+                          m->builtin ? "builtin" : "external", "state",
+                          m->state == LH_MOD_STATE_LOADED ? "loaded" : "failed");
+    if (m->state == LH_MOD_STATE_LOADED) {
+        json_object_set_new(j, "plugin", json_string(m->plugin_name));
+        json_object_set_new(j, "version", json_string(m->plugin_version));
+        json_object_set_new(j, "registrations", regs);
+    } else {
+        json_decref(regs);
+        json_object_set_new(j, "error", json_string(m->fail_msg ? m->fail_msg : ""));
+        json_object_set_new(j, "error_class", json_string(lh_status_name(m->fail_code)));
+    }
+    return j;
+}
+
+lh_status lh_host_list_json(lh_host *h, char **json_out, lh_err *err)
+{
+    lh_registry *reg = &h->reg;
+    lh_registry_lock(reg);
+    json_t *indexes = json_array();
+    json_array_append_new(indexes, index_json(&reg->builtin_index, "builtin"));
+    json_t *eager = json_array();
+    json_t *dirs = json_array();
+    for (size_t d = 0; d < reg->n_dirs; d++) {
+        const lh_custom_dir *cd = &reg->dirs[d];
+        json_array_append_new(dirs, json_pack("{s:s,s:b}", "path", cd->path, "indexed",
+                                              cd->has_index));
+        if (cd->has_index) {
+            json_array_append_new(indexes, index_json(&cd->index, "external"));
+        } else {
+            json_t *mods = json_array();
+            for (size_t i = 0; i < cd->n_eager; i++)
+                json_array_append_new(mods, module_json(cd->eager[i]));
+            json_array_append_new(eager, json_pack("{s:s,s:o}", "dir", cd->path, "modules", mods));
+        }
+    }
+    json_t *mods = json_array();
+    for (size_t i = 0; i < reg->n_modules; i++)
+        json_array_append_new(mods, module_json(reg->modules[i]));
+    json_t *j = json_pack("{s:s,s:o,s:o,s:o,s:o,s:o}", "builtin_dir", reg->builtin_dir,
+                          "custom_module_dirs", dirs, "indexes", indexes, "eager_dirs", eager,
+                          "modules", mods, "loaded_plugins", loaded_plugins(reg));
+    lh_registry_unlock(reg);
+    return dump(j, json_out, err);
+}
+
+lh_status lh_host_loaded_plugins_json(lh_host *h, char **json_out, lh_err *err)
+{
+    lh_registry_lock(&h->reg);
+    json_t *j = loaded_plugins(&h->reg);
+    lh_registry_unlock(&h->reg);
+    return dump(j, json_out, err);
+}
+
+static lh_status load_run_config(const char *config_file, const char *const *overrides,
+                                 lh_run_config *rc, lh_err *err)
+{
+    lh_run_config_init(rc);
+    lh_status st = LH_OK;
+    if (config_file)
+        st = lh_run_config_load_file(rc, config_file, err);
+    for (const char *const *o = overrides; st == LH_OK && o && *o; o++)
+        st = lh_run_config_set(rc, *o, err);
+    if (st == LH_OK)
+        st = lh_run_config_validate(rc, err);
+    return st;
+}
+
+lh_status lh_validate_run_config(const char *config_file, const char *const *overrides,
+                                 lh_err *err)
+{
+    lh_err_clear(err);
+    lh_run_config rc;
+    lh_status st = load_run_config(config_file, overrides, &rc, err);
+    lh_run_config_free(&rc);
+    return st;
+}
+
+/* Run config first and validated before anything loads (DESIGN §9), then config.json. */
+static lh_status prepare(const lh_resolve_request *req, lh_run_config *rc,
+                         lh_model_config **cfg, lh_err *err)
+{
+    *cfg = NULL;
+    if (!req || !req->model) {
+        lh_run_config_init(rc);
+        return lh_err_set(err, LH_E_USAGE, "no model given (a model directory or config.json)");
+    }
+    lh_status st = load_run_config(req->config_file, req->overrides, rc, err);
+    if (st == LH_OK)
+        st = lh_model_config_load(req->model, cfg, err);
+    return st;
+}
+
+static json_t *resolution_json(const lh_registry *reg, const lh_resolution *r)
+{
+    const lh_module_rec *m = r->entry->module;
+    char abi[32];
+    snprintf(abi, sizeof abi, "%u.%u", m->abi_major, m->abi_minor);
+    return json_pack("{s:s,s:s,s:O,s:s,s:s,s:s,s:o,s:{s:s,s:s,s:s},s:O}",
+                     "architecture", r->architecture, "resolved_architecture", r->resolved,
+                     "rewrites", r->rewrites, "kind", lh_kind_name(r->kind), "shared_object",
+                     m->path, "origin", m->builtin ? "builtin" : "external", "loaded_plugins",
+                     loaded_plugins(reg), "plugin", "name", m->plugin_name, "version",
+                     m->plugin_version, "abi", abi, "trace", r->trace);
+}
+
+static lh_status resolve_common(lh_host *h, const lh_resolve_request *req, bool explain,
+                                char **json_out, lh_err *err)
+{
+    *json_out = NULL;
+    lh_err_clear(err);
+    lh_run_config rc;
+    lh_model_config *cfg;
+    lh_status st = prepare(req, &rc, &cfg, err);
+    lh_resolution r = {0};
+    if (st == LH_OK)
+        st = lh_resolve(&h->reg, cfg, &rc, &r, err);
+    json_t *j = NULL;
+    if (st == LH_OK) {
+        lh_registry_lock(&h->reg);
+        j = resolution_json(&h->reg, &r);
+        lh_registry_unlock(&h->reg);
+        json_object_set_new(j, "config", json_string(cfg->path));
+    }
+    if (st == LH_OK && explain) {
+        lh_model *m = NULL;
+        st = lh_model_build(lh_host_api_table(), &r.entry->p.model, cfg, &rc, &m, err);
+        lh_memory_plan plan;
+        if (st == LH_OK)
+            st = lh_model_plan(m, &plan, err);
+        if (st == LH_OK) {
+            json_object_set_new(j, "run_config", lh_run_config_to_json(&rc));
+            json_t *pj = lh_model_plan_json(m, &plan);
+            json_object_update(j, pj);
+            json_decref(pj);
+        }
+        lh_model_free(m);
+    }
+    if (st == LH_OK)
+        st = dump(j, json_out, err);
+    else
+        json_decref(j);
+    lh_resolution_free(&r);
+    lh_model_config_free(cfg);
+    lh_run_config_free(&rc);
+    return st;
+}
+
+lh_status lh_host_resolve_json(lh_host *h, const lh_resolve_request *req, char **json_out,
+                                      lh_err *err)
+{
+    return resolve_common(h, req, false, json_out, err);
+}
+
+lh_status lh_host_explain_json(lh_host *h, const lh_resolve_request *req, char **json_out,
+                                      lh_err *err)
+{
+    return resolve_common(h, req, true, json_out, err);
+}

@@ -1,0 +1,107 @@
+#include "host_api_table.h"
+
+#include "config/model_config.h"
+#include "core/log.h"
+#include "model/model.h"
+#include "registry/registry.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* lh_plugin_ctx is the module record of the plugin being initialized. */
+static lh_module_rec *rec_of(lh_plugin_ctx *ctx)
+{
+    return (lh_module_rec *)ctx;
+}
+
+static void api_log(lh_plugin_ctx *ctx, lh_log_level level, const char *fmt, ...)
+{
+    char buf[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    lh_module_rec *m = rec_of(ctx);
+    if ((unsigned)level > LH_LOG_DEBUG)
+        level = LH_LOG_DEBUG;
+    lh_log(level, "[%s] %s", m && m->plugin_name ? m->plugin_name : "plugin", buf);
+}
+
+static const char *api_plugin_path(lh_plugin_ctx *ctx)
+{
+    return ctx ? rec_of(ctx)->path : NULL;
+}
+
+static lh_status api_init_fail(lh_plugin_ctx *ctx, const char *fmt, ...)
+{
+    lh_module_rec *m = rec_of(ctx);
+    if (!m)
+        return LH_E_INIT;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    free(m->init_fail_msg);
+    m->init_fail_msg = strdup(buf);
+    return LH_E_INIT;
+}
+
+static lh_status api_register_model(lh_plugin_ctx *ctx, const lh_model_provider *p)
+{
+    return lh_registry_register(rec_of(ctx), LH_KIND_MODEL, p, sizeof *p);
+}
+
+static lh_status api_register_vision_encoder(lh_plugin_ctx *ctx, const lh_model_provider *p)
+{
+    return lh_registry_register(rec_of(ctx), LH_KIND_VISION_ENCODER, p, sizeof *p);
+}
+
+static lh_status api_register_draft(lh_plugin_ctx *ctx, const lh_draft_provider *p)
+{
+    return lh_registry_register(rec_of(ctx), LH_KIND_DRAFT, p, sizeof *p);
+}
+
+static lh_status api_register_attention_backend(lh_plugin_ctx *ctx,
+                                                const lh_attn_backend_provider *p)
+{
+    return lh_registry_register(rec_of(ctx), LH_KIND_ATTENTION_BACKEND, p, sizeof *p);
+}
+
+static const lh_host_api host_api = {
+    .struct_size = sizeof(lh_host_api),
+    .abi_major = LH_PLUGIN_ABI_MAJOR,
+    .abi_minor = LH_PLUGIN_ABI_MINOR,
+    .log = api_log,
+    .plugin_path = api_plugin_path,
+    .init_fail = api_init_fail,
+    .register_model = api_register_model,
+    .register_vision_encoder = api_register_vision_encoder,
+    .register_draft = api_register_draft,
+    .register_attention_backend = api_register_attention_backend,
+    .config_geometry = lh_model_config_geometry,
+    .config_get_int = lh_model_config_get_int,
+    .config_get_double = lh_model_config_get_double,
+    .config_get_bool = lh_model_config_get_bool,
+    .config_get_string = lh_model_config_get_string,
+    .module_root = lh_build_module_root,
+    .add_container = lh_build_add_container,
+    .add_embedding = lh_build_add_embedding,
+    .add_linear = lh_build_add_linear,
+    .add_rmsnorm = lh_build_add_rmsnorm,
+    .add_gated_mlp = lh_build_add_gated_mlp,
+    .add_attention = lh_build_add_attention,
+    .add_param = lh_build_add_param,
+    .chain_norm = lh_build_chain_norm,
+    .tie_weights = lh_build_tie_weights,
+    .build_fail = lh_build_fail,
+    .build_status = lh_build_status,
+    .build_decoder_lm = lh_build_decoder_lm,
+};
+
+const lh_host_api *lh_host_api_table(void)
+{
+    return &host_api;
+}

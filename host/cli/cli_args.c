@@ -1,0 +1,126 @@
+#include "cli_args.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    OPT_JSON = 1000,
+    OPT_CONFIG,
+    OPT_CUSTOM_DIR,
+    OPT_INSECURE,
+    OPT_DTYPE,
+    OPT_MAX_SEQ_LEN,
+    OPT_MAX_BATCH,
+    OPT_MODEL_IMPL,
+    OPT_ENCODER_ONLY,
+    OPT_QUANT,
+    OPT_LOG_LEVEL,
+};
+
+static const struct option options[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"custom-module-dir", required_argument, NULL, OPT_CUSTOM_DIR},
+    {"allow-insecure-plugins", no_argument, NULL, OPT_INSECURE},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"max-seq-len", required_argument, NULL, OPT_MAX_SEQ_LEN},
+    {"max-batch-size", required_argument, NULL, OPT_MAX_BATCH},
+    {"model-impl", required_argument, NULL, OPT_MODEL_IMPL},
+    {"mm-encoder-only", no_argument, NULL, OPT_ENCODER_ONLY},
+    {"quant", required_argument, NULL, OPT_QUANT},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {NULL, 0, NULL, 0},
+};
+
+static int add_override(lh_cli_args *a, const char *key, const char *value)
+{
+    if (a->n_overrides == LH_CLI_MAX_OVERRIDES) {
+        fprintf(stderr, "llmhost: too many run-config flags\n");
+        return 2;
+    }
+    size_t n = strlen(key) + strlen(value) + 2;
+    char *kv = malloc(n);
+    if (!kv) {
+        fprintf(stderr, "llmhost: out of memory\n");
+        return 2;
+    }
+    snprintf(kv, n, "%s=%s", key, value);
+    a->overrides[a->n_overrides++] = kv;
+    a->overrides[a->n_overrides] = NULL;
+    return 0;
+}
+
+void lh_cli_args_free(lh_cli_args *a)
+{
+    for (size_t i = 0; i < a->n_overrides; i++)
+        free(a->overrides[i]);
+    a->n_overrides = 0;
+}
+
+int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
+{
+    memset(a, 0, sizeof *a);
+    if (argc < 2) {
+        a->help = true;
+        return 0;
+    }
+    a->command = argv[1];
+    if (strcmp(a->command, "-h") == 0 || strcmp(a->command, "--help") == 0) {
+        a->command = NULL;
+        a->help = true;
+        return 0;
+    }
+    optind = 2;
+    opterr = 0;
+    int c, rc = 0;
+    while (rc == 0 && (c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+        switch (c) {
+        case 'h': a->help = true; break;
+        case OPT_JSON: a->json = true; break;
+        case OPT_CONFIG: a->config_file = optarg; break;
+        case OPT_CUSTOM_DIR:
+            if (a->n_custom_dirs == LH_CLI_MAX_DIRS) {
+                fprintf(stderr, "llmhost: at most %d --custom-module-dir\n", LH_CLI_MAX_DIRS);
+                rc = 2;
+            } else {
+                a->custom_dirs[a->n_custom_dirs++] = optarg;
+            }
+            break;
+        case OPT_INSECURE: a->allow_insecure = true; break;
+        case OPT_DTYPE: rc = add_override(a, "dtype", optarg); break;
+        case OPT_MAX_SEQ_LEN: rc = add_override(a, "max_seq_len", optarg); break;
+        case OPT_MAX_BATCH: rc = add_override(a, "max_batch_size", optarg); break;
+        case OPT_MODEL_IMPL: rc = add_override(a, "model_impl", optarg); break;
+        case OPT_ENCODER_ONLY: rc = add_override(a, "mm_encoder_only", "true"); break;
+        case OPT_QUANT: rc = add_override(a, "quant", optarg); break;
+        case OPT_LOG_LEVEL:
+            if (strcmp(optarg, "error") && strcmp(optarg, "warn") && strcmp(optarg, "info") &&
+                strcmp(optarg, "debug")) {
+                fprintf(stderr, "llmhost %s: --log-level '%s' is not one of error, warn, info, "
+                        "debug\n", a->command, optarg);
+                rc = 2;
+            }
+            a->log_level = optarg;
+            break;
+        case ':':
+            fprintf(stderr, "llmhost %s: option %s needs a value\n", a->command, argv[optind - 1]);
+            rc = 2;
+            break;
+        default:
+            fprintf(stderr, "llmhost %s: unknown option '%s' (see llmhost %s --help)\n",
+                    a->command, argv[optind - 1], a->command);
+            rc = 2;
+            break;
+        }
+    }
+    if (rc == 0 && optind < argc)
+        a->model = argv[optind++];
+    if (rc == 0 && optind < argc) {
+        fprintf(stderr, "llmhost %s: unexpected argument '%s'\n", a->command, argv[optind]);
+        rc = 2;
+    }
+    return rc;
+}

@@ -1,0 +1,30 @@
+/* The llmhost CLI: argument parsing shared by every command. */
+#ifndef LH_CLI_ARGS_H
+#define LH_CLI_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define LH_CLI_MAX_DIRS 64
+#define LH_CLI_MAX_OVERRIDES 16
+
+typedef struct lh_cli_args {
+    const char *command;
+    const char *model;
+    const char *config_file;
+    const char *custom_dirs[LH_CLI_MAX_DIRS];
+    size_t n_custom_dirs;
+    /* "key=value" run-config overrides from flags; owned by the struct */
+    char *overrides[LH_CLI_MAX_OVERRIDES + 1];
+    size_t n_overrides;
+    bool json;
+    bool help;
+    bool allow_insecure;
+    const char *log_level;
+} lh_cli_args;
+
+/* Parses argv[1..]. Returns 0, or 2 (usage) after printing the reason to stderr. */
+int lh_cli_parse(int argc, char **argv, lh_cli_args *a);
+void lh_cli_args_free(lh_cli_args *a);
+
+#endif

@@ -1,0 +1,224 @@
+#include "cli_commands.h"
+
+#include "llmhost.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static int report(const lh_err *err)
+{
+    fprintf(stderr, "llmhost: error [%s]: %s\n", lh_status_name(err->code), err->msg);
+    return (int)err->code;
+}
+
+static void apply_log_level(const lh_cli_args *a)
+{
+    if (a->log_level)
+        setenv("LLMHOST_LOG", a->log_level, 1);
+}
+
+/* Creates the host and declares custom dirs: flags first (most specific), then the
+ * environment. */
+static int open_host(const lh_cli_args *a, lh_host **h, lh_err *err)
+{
+    lh_host_options opts = {.struct_size = sizeof opts, .plugin_dir = NULL,
+                            .allow_insecure_plugins = a->allow_insecure};
+    lh_status st = lh_host_create(&opts, h, err);
+    for (size_t i = 0; st == LH_OK && i < a->n_custom_dirs; i++)
+        st = lh_host_add_custom_dir(*h, a->custom_dirs[i], err);
+    if (st == LH_OK)
+        st = lh_host_add_custom_dirs_from_env(*h, err);
+    if (st != LH_OK) {
+        lh_host_free(*h);
+        *h = NULL;
+    }
+    return (int)st;
+}
+
+static void print_json_text(const char *text)
+{
+    fputs(text, stdout);
+    fputc('\n', stdout);
+}
+
+static const char *jstr(const json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "";
+}
+
+static void print_human_bytes(const char *label, json_int_t bytes)
+{
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    printf("  %-24s %.2f %s (%lld bytes)\n", label, v, units[u], (long long)bytes);
+}
+
+static void print_resolution(const json_t *j)
+{
+    printf("config:                  %s\n", jstr(j, "config"));
+    printf("architecture:            %s\n", jstr(j, "architecture"));
+    printf("resolved architecture:   %s\n", jstr(j, "resolved_architecture"));
+    printf("kind:                    %s\n", jstr(j, "kind"));
+    const json_t *p = json_object_get(j, "plugin");
+    printf("provider:                %s (%s; plugin '%s' %s, ABI %s)\n", jstr(j, "shared_object"),
+           jstr(j, "origin"), jstr(p, "name"), jstr(p, "version"), jstr(p, "abi"));
+    size_t i;
+    const json_t *v;
+    printf("rewrites:               ");
+    if (!json_array_size(json_object_get(j, "rewrites")))
+        printf(" none");
+    json_array_foreach(json_object_get(j, "rewrites"), i, v) printf(" %s;", json_string_value(v));
+    printf("\nloaded plugins:\n");
+    json_array_foreach(json_object_get(j, "loaded_plugins"), i, v)
+        printf("  %s\n", json_string_value(v));
+}
+
+static void print_trace(const json_t *j)
+{
+    size_t i;
+    const json_t *v;
+    printf("resolution trace:\n");
+    json_array_foreach(json_object_get(j, "trace"), i, v)
+        printf("  %lld. %-14s %s\n", (long long)json_integer_value(json_object_get(v, "step")),
+               jstr(v, "name"), jstr(v, "decision"));
+}
+
+static json_int_t jint(const json_t *o, const char *key)
+{
+    return json_integer_value(json_object_get(o, key));
+}
+
+static void print_plan(const json_t *j)
+{
+    printf("memory plan (weights in %s; nothing allocated):\n", jstr(j, "weight_dtype"));
+    printf("  %-24s %lld\n", "parameters", (long long)jint(j, "parameters"));
+    print_human_bytes("weights", jint(j, "weight_bytes"));
+    print_human_bytes("KV cache per token", jint(j, "kv_bytes_per_token"));
+    printf("  %-24s %lld tokens\n", "KV pool", (long long)jint(j, "kv_pool_tokens"));
+    print_human_bytes("KV pool", jint(j, "kv_pool_bytes"));
+    print_human_bytes("peak construction", jint(j, "peak_construction_bytes"));
+    printf("  %-24s %lld\n", "attention layers", (long long)jint(j, "num_attention_layers"));
+    printf("  %-24s %lld\n", "quantized linears", (long long)jint(j, "quantized_linears"));
+    const char *key;
+    const json_t *g;
+    printf("  by module group:\n");
+    json_object_foreach((json_t *)json_object_get(j, "groups"), key, g)
+        printf("    %-12s %15lld params %18lld bytes\n", key, (long long)jint(g, "parameters"),
+               (long long)jint(g, "bytes"));
+}
+
+int lh_cli_list(const lh_cli_args *a)
+{
+    if (a->help) {
+        printf("usage: llmhost list [--json] [--custom-module-dir DIR]...\n"
+               "Lists what the built-in and custom arch indexes offer. Loads no plugin (custom "
+               "dirs without an arch_index.tsv are loaded eagerly to learn what they provide).\n"
+               "\n%s", lh_cli_exit_status_text);
+        return 0;
+    }
+    if (a->model) {
+        fprintf(stderr, "llmhost list: takes no MODEL argument\n");
+        return LH_E_USAGE;
+    }
+    apply_log_level(a);
+    lh_err err = {0};
+    lh_host *h;
+    int rc = open_host(a, &h, &err);
+    if (rc)
+        return report(&err);
+    char *text = NULL;
+    lh_status st = lh_host_list_json(h, &text, &err);
+    if (st == LH_OK && a->json) {
+        print_json_text(text);
+    } else if (st == LH_OK) {
+        json_t *j = json_loads(text, 0, NULL);
+        size_t i, k;
+        json_t *idx, *row;
+        printf("%-18s %-34s %-9s %s\n", "KIND", "NAME", "ORIGIN", "SHARED OBJECT");
+        json_array_foreach(json_object_get(j, "indexes"), i, idx)
+            json_array_foreach(json_object_get(idx, "rows"), k, row)
+                printf("%-18s %-34s %-9s %s\n", jstr(row, "kind"), jstr(row, "name"),
+                       jstr(idx, "origin"), jstr(row, "shared_object"));
+        json_t *dir, *mod, *r;
+        size_t d, m;
+        json_array_foreach(json_object_get(j, "eager_dirs"), d, dir)
+            json_array_foreach(json_object_get(dir, "modules"), m, mod)
+                json_array_foreach(json_object_get(mod, "registrations"), k, r)
+                    printf("%-18s %-34s %-9s %s (%s)\n", jstr(r, "kind"), jstr(r, "name"),
+                           "external", jstr(mod, "path"), jstr(r, "outcome"));
+        printf("loaded plugins: %zu\n", json_array_size(json_object_get(j, "loaded_plugins")));
+        json_decref(j);
+    }
+    free(text);
+    lh_host_free(h);
+    return st == LH_OK ? 0 : report(&err);
+}
+
+static int resolve_or_explain(const lh_cli_args *a, bool explain)
+{
+    if (a->help) {
+        printf("usage: llmhost %s MODEL [--json] [--config FILE.yaml] [--custom-module-dir DIR]...\n"
+               "       [--dtype D] [--max-seq-len N] [--max-batch-size N] [--model-impl T[:MODE]]\n"
+               "       [--mm-encoder-only] [--quant SCHEME] [--allow-insecure-plugins]\n%s\n%s",
+               explain ? "explain" : "resolve",
+               explain ? "Resolves MODEL, builds its module tree without allocating weights, and "
+                         "prints the resolution trace and the memory plan.\n"
+                       : "Resolves MODEL to the plugin that serves it, loading exactly that "
+                         "plugin.\n",
+               lh_cli_exit_status_text);
+        return 0;
+    }
+    if (!a->model) {
+        fprintf(stderr, "llmhost %s: MODEL (a model directory or config.json) is required\n",
+                explain ? "explain" : "resolve");
+        return LH_E_USAGE;
+    }
+    apply_log_level(a);
+    lh_err err = {0};
+    /* The run config is validated before any plugin can load (custom dirs may load eagerly). */
+    if (lh_validate_run_config(a->config_file, (const char *const *)a->overrides, &err) != LH_OK)
+        return report(&err);
+    lh_host *h;
+    int rc = open_host(a, &h, &err);
+    if (rc)
+        return report(&err);
+    lh_resolve_request req = {.struct_size = sizeof req, .model = a->model,
+                              .config_file = a->config_file,
+                              .overrides = (const char *const *)a->overrides};
+    char *text = NULL;
+    lh_status st = explain ? lh_host_explain_json(h, &req, &text, &err)
+                           : lh_host_resolve_json(h, &req, &text, &err);
+    if (st == LH_OK && a->json) {
+        print_json_text(text);
+    } else if (st == LH_OK) {
+        json_t *j = json_loads(text, 0, NULL);
+        print_resolution(j);
+        if (explain) {
+            print_trace(j);
+            print_plan(j);
+        }
+        json_decref(j);
+    }
+    free(text);
+    lh_host_free(h);
+    return st == LH_OK ? 0 : report(&err);
+}
+
+int lh_cli_resolve(const lh_cli_args *a)
+{
+    return resolve_or_explain(a, false);
+}
+
+int lh_cli_explain(const lh_cli_args *a)
+{
+    return resolve_or_explain(a, true);
+}

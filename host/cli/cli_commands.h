@@ -1,0 +1,14 @@
+/* The llmhost CLI commands. Each returns the process exit status (an lh_status value). */
+#ifndef LH_CLI_COMMANDS_H
+#define LH_CLI_COMMANDS_H
+
+#include "cli_args.h"
+
+/* The exit-status table printed by every --help. */
+extern const char lh_cli_exit_status_text[];
+
+int lh_cli_list(const lh_cli_args *a);
+int lh_cli_resolve(const lh_cli_args *a);
+int lh_cli_explain(const lh_cli_args *a);
+
+#endif

@@ -1,0 +1,82 @@
+/* llmhost: the command-line front end of libllmhost. */
+#include "cli_args.h"
+#include "cli_commands.h"
+#include "lh_plugin.h"
+#include "llmhost.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char usage_text[] =
+    "usage: llmhost COMMAND [options] [MODEL]\n"
+    "\n"
+    "MODEL is a Hugging Face model directory or the path of its config.json.\n"
+    "\n"
+    "commands:\n"
+    "  list                 what the arch indexes offer (built-in and custom dirs); loads no plugin\n"
+    "  resolve MODEL        which plugin serves the model, and why (loads exactly that plugin)\n"
+    "  explain MODEL        the resolution trace and the memory plan (module tree, no weights)\n"
+    "  version              versions of llmhost and of the plugin ABI\n"
+    "\n"
+    "options:\n"
+    "  --json                       machine-readable output\n"
+    "  --config FILE.yaml           run config (YAML); flags below override its values\n"
+    "  --custom-module-dir DIR      absolute dir of third-party plugins; repeatable, earlier wins;\n"
+    "                               then $LLMHOST_CUSTOM_MODULE_DIRS (colon-separated)\n"
+    "  --allow-insecure-plugins     load plugin files that fail the permission checks (logged)\n"
+    "  --dtype auto|float32|bfloat16|float16\n"
+    "  --max-seq-len N  --max-batch-size N\n"
+    "  --model-impl TARGET[:auto|:require] | off\n"
+    "  --mm-encoder-only            resolve through the vision-encoder registry\n"
+    "  --quant none|fp8|int8|int4   default quant scheme of linear layers\n"
+    "  --log-level error|warn|info|debug   (or $LLMHOST_LOG)\n"
+    "  -h, --help\n"
+    "\n"
+    "environment: LLMHOST_PLUGIN_DIR (built-in plugin dir), LLMHOST_CUSTOM_MODULE_DIRS, LLMHOST_LOG\n"
+    "\n";
+
+const char lh_cli_exit_status_text[] =
+    "exit status (one per error class):\n"
+    "   0 ok                  1 internal error        2 usage\n"
+    "   3 config error        4 unknown name          5 module file missing\n"
+    "   6 load failure        7 not a plugin          8 ABI mismatch\n"
+    "   9 insecure file      10 init failure         11 index drift\n"
+    "  12 index parse error  13 I/O error            14 unsupported\n"
+    "  15 out of memory\n";
+
+int main(int argc, char **argv)
+{
+    lh_cli_args a;
+    int rc = lh_cli_parse(argc, argv, &a);
+    if (rc != 0) {
+        lh_cli_args_free(&a);
+        return rc;
+    }
+    if (!a.command || strcmp(a.command, "help") == 0) {
+        fputs(usage_text, stdout);
+        fputs(lh_cli_exit_status_text, stdout);
+    } else if (strcmp(a.command, "version") == 0 || strcmp(a.command, "--version") == 0) {
+        if (a.help) {
+            printf("usage: llmhost version\nPrints the llmhost version and the plugin ABI "
+                   "version it provides.\n\n%s", lh_cli_exit_status_text);
+        } else if (a.model) {
+            fprintf(stderr, "llmhost version: unexpected argument '%s'\n", a.model);
+            rc = LH_E_USAGE;
+        } else {
+            printf("llmhost %s (plugin ABI %d.%d)\n", LH_VERSION_STRING, LH_PLUGIN_ABI_MAJOR,
+                   LH_PLUGIN_ABI_MINOR);
+        }
+    } else if (strcmp(a.command, "list") == 0) {
+        rc = lh_cli_list(&a);
+    } else if (strcmp(a.command, "resolve") == 0) {
+        rc = lh_cli_resolve(&a);
+    } else if (strcmp(a.command, "explain") == 0) {
+        rc = lh_cli_explain(&a);
+    } else {
+        fprintf(stderr, "llmhost: unknown command '%s'; commands: list, resolve, explain, "
+                        "version, help\n", a.command);
+        rc = LH_E_USAGE;
+    }
+    lh_cli_args_free(&a);
+    return rc;
+}

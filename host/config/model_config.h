@@ -1,0 +1,51 @@
+/* Internal: config.json parsed with jansson into a typed model config.
+ *
+ * Parsing type-checks and range-checks every known field that is present (zero or negative
+ * sizes, kv heads not dividing heads, hidden_size not divisible by heads when head_dim is
+ * absent, size products that overflow int64, MLA ranks) and rejects the file naming the field.
+ * Fields a decoder needs but the file lacks are reported by lh_model_config_require_decoder,
+ * because resolution must run first (a missing `architectures` is resolve's error). */
+#ifndef LH_CONFIG_MODEL_CONFIG_H
+#define LH_CONFIG_MODEL_CONFIG_H
+
+#include "llmhost.h"
+#include "lh_config.h"
+#include <jansson.h>
+
+struct lh_model_config {
+    lh_model_geometry geo;
+    json_t *root;      /* the whole document, owned */
+    char *path;        /* the config.json path as opened */
+    char *dir;         /* its directory */
+    /* presence flags for fields whose defaults need to be told apart from given values */
+    bool has_architectures;   /* "architectures" present and a non-empty array */
+    bool has_hidden_size, has_intermediate_size, has_num_hidden_layers,
+         has_num_attention_heads, has_vocab_size;
+};
+
+/* Loads `path`, which is a model directory (its config.json is read) or a .json file.
+ * Errors: LH_E_IO (missing/unreadable, message names the path), LH_E_CONFIG (JSON syntax
+ * error with line and column; a field with the wrong type or an impossible value, naming it).
+ * On success *out is owned by the caller (lh_model_config_free). */
+lh_status lh_model_config_load(const char *path, lh_model_config **out, lh_err *err);
+/* Same from text; `source_name` is used in messages. */
+lh_status lh_model_config_parse(const char *json_text, const char *source_name,
+                                lh_model_config **out, lh_err *err);
+void lh_model_config_free(lh_model_config *cfg);
+
+/* Checks that the fields a decoder-only LM needs are present (hidden_size, intermediate_size,
+ * num_hidden_layers, num_attention_heads, vocab_size). LH_E_CONFIG naming the first missing. */
+lh_status lh_model_config_require_decoder(const lh_model_config *cfg, lh_err *err);
+
+/* Raw getters: dotted key path; 1 present with that type, 0 absent or null, -1 other type. */
+int lh_model_config_get_int(const lh_model_config *cfg, const char *key, int64_t *out);
+int lh_model_config_get_double(const lh_model_config *cfg, const char *key, double *out);
+int lh_model_config_get_bool(const lh_model_config *cfg, const char *key, bool *out);
+int lh_model_config_get_string(const lh_model_config *cfg, const char *key, const char **out);
+const lh_model_geometry *lh_model_config_geometry(const lh_model_config *cfg);
+
+/* dtype names: "float32"/"f32"/"fp32", "bfloat16"/"bf16", "float16"/"f16"/"fp16", ... */
+lh_dtype lh_dtype_from_name(const char *name);
+const char *lh_dtype_name(lh_dtype dt); /* canonical: "float32", "bfloat16", "float16", ... */
+
+#endif

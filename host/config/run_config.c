@@ -1,0 +1,988 @@
+/* The YAML run config (libyaml via yaml_tree), CLI overrides and the one validator.
+ * See run_config.h. */
+#include "run_config.h"
+
+#include "config/model_config.h"
+#include "config/yaml_tree.h"
+#include "core/err.h"
+#include "core/fileio.h"
+#include "core/strutil.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char *const root_keys[] = {"mm_encoder_only", "model_impl",     "dtype",
+                                        "max_seq_len",     "max_batch_size", "quant"};
+static const char *const impl_keys[] = {"target", "mode"};
+static const char *const quant_keys[] = {"scheme", "group_size", "rules", "exclude_modules"};
+static const char *const rule_keys[] = {"pattern", "scheme", "group_size"};
+/* Keys lh_run_config_set accepts. */
+static const char *const flag_keys[] = {"mm_encoder_only", "model_impl",     "dtype",
+                                        "max_seq_len",     "max_batch_size", "quant"};
+
+static const char *const scheme_names[] = {"none", "fp8", "int8", "int4"};
+static const char *const mode_names[] = {"off", "auto", "require"};
+
+#define DEFAULT_GROUP_SIZE 128
+
+/* ------------------------------------------------------------------------------------------ */
+/* small shared pieces */
+
+const char *lh_quant_scheme_name(lh_quant_scheme s)
+{
+    if ((unsigned)s < N_OF(scheme_names))
+        return scheme_names[s];
+    return "invalid";
+}
+
+static const char *mode_name(lh_impl_mode m)
+{
+    if ((unsigned)m < N_OF(mode_names))
+        return mode_names[m];
+    return "invalid";
+}
+
+static void join_names(const char *const *names, size_t n, char *buf, size_t cap)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && off < cap; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s", i ? ", " : "", names[i]);
+}
+
+static int find_name(const char *v, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(v, names[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Each value parser fills `why` (the part of the message after "KEY: ") on failure. */
+
+static bool parse_bool_text(const char *v, bool *out, char *why, size_t n)
+{
+    static const char *const t[] = {"true", "yes", "on"};
+    static const char *const f[] = {"false", "no", "off"};
+    if (find_name(v, t, N_OF(t)) >= 0) {
+        *out = true;
+        return true;
+    }
+    if (find_name(v, f, N_OF(f)) >= 0) {
+        *out = false;
+        return true;
+    }
+    snprintf(why, n, "'%s' is not a boolean (true/false, yes/no, on/off)", v);
+    return false;
+}
+
+/* Decimal integer > 0. */
+static bool parse_pos_int_text(const char *v, int64_t *out, char *why, size_t n)
+{
+    const char *p = v;
+    if (*p == '+' || *p == '-')
+        p++;
+    bool digits = *p != '\0';
+    for (const char *q = p; *q; q++)
+        if (*q < '0' || *q > '9')
+            digits = false;
+    if (!digits) {
+        snprintf(why, n, "'%s' is not a decimal integer", v);
+        return false;
+    }
+    errno = 0;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (errno == ERANGE) {
+        snprintf(why, n, "'%s' is out of range for a 64-bit integer", v);
+        return false;
+    }
+    if (x <= 0) {
+        snprintf(why, n, "%lld must be > 0", x);
+        return false;
+    }
+    *out = (int64_t)x;
+    return true;
+}
+
+static bool parse_dtype_text(const char *v, lh_dtype *out, char *why, size_t n)
+{
+    if (strcasecmp(v, "auto") == 0) {
+        *out = LH_DTYPE_INVALID;
+        return true;
+    }
+    lh_dtype dt = lh_dtype_from_name(v);
+    if (dt == LH_DTYPE_F32 || dt == LH_DTYPE_BF16 || dt == LH_DTYPE_F16) {
+        *out = dt;
+        return true;
+    }
+    if (dt != LH_DTYPE_INVALID)
+        snprintf(why, n,
+                 "'%s' is not a weight dtype (auto, float32, bfloat16, float16); quantized "
+                 "weights are chosen with quant (scheme fp8, int8 or int4)",
+                 v);
+    else
+        snprintf(why, n, "'%s' is not one of auto, float32, bfloat16, float16", v);
+    return false;
+}
+
+static bool parse_enum_text(const char *v, const char *const *names, size_t count, int *out,
+                            char *why, size_t n)
+{
+    int i = find_name(v, names, count);
+    if (i < 0) {
+        char list[256];
+        join_names(names, count, list, sizeof list);
+        snprintf(why, n, "'%s' is not one of %s", v, list);
+        return false;
+    }
+    *out = i;
+    return true;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* init / free / origins / json */
+
+void lh_run_config_init(lh_run_config *rc)
+{
+    if (!rc)
+        return;
+    memset(rc, 0, sizeof *rc);
+    rc->mm_encoder_only = false;
+    rc->model_impl_mode = LH_IMPL_OFF;
+    rc->dtype = LH_DTYPE_INVALID;
+    rc->max_seq_len = 0;
+    rc->max_batch_size = 1;
+    rc->quant.scheme = LH_QUANT_NONE;
+    rc->quant.group_size = DEFAULT_GROUP_SIZE;
+}
+
+static void free_rules(lh_quant_rule *rules, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(rules[i].pattern);
+    free(rules);
+}
+
+static void free_strings(char **s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(s[i]);
+    free(s);
+}
+
+void lh_run_config_free(lh_run_config *rc)
+{
+    if (!rc)
+        return;
+    free(rc->source);
+    free(rc->model_impl_target);
+    free_rules(rc->quant.rules, rc->quant.n_rules);
+    free_strings(rc->quant.exclude_modules, rc->quant.n_exclude);
+    lh_run_config_init(rc);
+}
+
+const char *lh_value_origin_str(const lh_run_config *rc, lh_value_origin o, char *buf, size_t n)
+{
+    if (!buf || n == 0)
+        return "";
+    switch (o.kind) {
+    case LH_ORIGIN_YAML:
+        snprintf(buf, n, "%s:%d:%d", rc && rc->source ? rc->source : "<yaml>", o.line,
+                 o.column);
+        break;
+    case LH_ORIGIN_FLAG:
+        snprintf(buf, n, "flag");
+        break;
+    default:
+        snprintf(buf, n, "default");
+        break;
+    }
+    return buf;
+}
+
+static json_t *origin_json(const lh_run_config *rc, lh_value_origin o)
+{
+    char buf[1024];
+    return json_string(lh_value_origin_str(rc, o, buf, sizeof buf));
+}
+
+static int obj_set(json_t *obj, const char *key, json_t *v)
+{
+    return v ? json_object_set_new(obj, key, v) : -1;
+}
+
+json_t *lh_run_config_to_json(const lh_run_config *rc)
+{
+    if (!rc)
+        return NULL;
+    json_t *j = json_object();
+    if (!j)
+        return NULL;
+    int bad = 0;
+    bad |= obj_set(j, "source", rc->source ? json_string(rc->source) : json_null());
+
+    json_t *o = json_object();
+    bad |= obj_set(o, "value", json_boolean(rc->mm_encoder_only));
+    bad |= obj_set(o, "origin", origin_json(rc, rc->mm_encoder_only_origin));
+    bad |= obj_set(j, "mm_encoder_only", o);
+
+    o = json_object();
+    bad |= obj_set(o, "target",
+                   rc->model_impl_target ? json_string(rc->model_impl_target) : json_null());
+    bad |= obj_set(o, "mode", json_string(mode_name(rc->model_impl_mode)));
+    bad |= obj_set(o, "origin", origin_json(rc, rc->model_impl_origin));
+    bad |= obj_set(j, "model_impl", o);
+
+    o = json_object();
+    bad |= obj_set(o, "value", json_string(rc->dtype == LH_DTYPE_INVALID
+                                               ? "auto"
+                                               : lh_dtype_name(rc->dtype)));
+    bad |= obj_set(o, "origin", origin_json(rc, rc->dtype_origin));
+    bad |= obj_set(j, "dtype", o);
+
+    o = json_object();
+    bad |= obj_set(o, "value", json_integer(rc->max_seq_len));
+    bad |= obj_set(o, "origin", origin_json(rc, rc->max_seq_len_origin));
+    bad |= obj_set(j, "max_seq_len", o);
+
+    o = json_object();
+    bad |= obj_set(o, "value", json_integer(rc->max_batch_size));
+    bad |= obj_set(o, "origin", origin_json(rc, rc->max_batch_size_origin));
+    bad |= obj_set(j, "max_batch_size", o);
+
+    json_t *q = json_object();
+    bad |= obj_set(q, "scheme", json_string(lh_quant_scheme_name(rc->quant.scheme)));
+    bad |= obj_set(q, "group_size", json_integer(rc->quant.group_size));
+    bad |= obj_set(q, "origin", origin_json(rc, rc->quant.origin));
+    json_t *rules = json_array();
+    for (size_t i = 0; rules && i < rc->quant.n_rules; i++) {
+        const lh_quant_rule *r = &rc->quant.rules[i];
+        json_t *jr = json_object();
+        bad |= obj_set(jr, "pattern", json_string(r->pattern ? r->pattern : ""));
+        bad |= obj_set(jr, "scheme", json_string(lh_quant_scheme_name(r->scheme)));
+        bad |= obj_set(jr, "group_size", json_integer(r->group_size));
+        bad |= obj_set(jr, "origin", origin_json(rc, r->origin));
+        bad |= jr ? json_array_append_new(rules, jr) : -1;
+    }
+    bad |= obj_set(q, "rules", rules);
+    json_t *ex = json_array();
+    for (size_t i = 0; ex && i < rc->quant.n_exclude; i++) {
+        json_t *s = json_string(rc->quant.exclude_modules[i] ? rc->quant.exclude_modules[i] : "");
+        bad |= s ? json_array_append_new(ex, s) : -1;
+    }
+    bad |= obj_set(q, "exclude_modules", ex);
+    bad |= obj_set(j, "quant", q);
+    if (bad) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* YAML → rc */
+
+typedef struct rc_ctx {
+    lh_run_config *rc;
+    const char *src;
+    lh_err *err;
+} rc_ctx;
+
+static lh_value_origin yorigin(const lh_ynode *n)
+{
+    lh_value_origin o = {.kind = LH_ORIGIN_YAML, .line = n->line, .column = n->column};
+    return o;
+}
+
+static lh_status yerr(rc_ctx *c, const lh_ynode *n, const char *path, const char *why)
+{
+    return lh_err_set(c->err, LH_E_CONFIG, "%s:%d:%d: %s: %s", c->src, n->line, n->column, path,
+                      why);
+}
+
+static lh_status nomem(rc_ctx *c)
+{
+    return lh_err_set(c->err, LH_E_NOMEM, "%s: out of memory", c->src);
+}
+
+static lh_status check_keys(rc_ctx *c, const lh_ynode *map, const char *where,
+                            const char *const *known, size_t n)
+{
+    for (size_t i = 0; i < map->n; i++) {
+        const lh_ynode *k = map->keys[i];
+        bool ok = false;
+        for (size_t j = 0; j < n && !ok; j++)
+            ok = strcmp(k->value, known[j]) == 0;
+        if (ok)
+            continue;
+        char list[512], hint[160] = "";
+        join_names(known, n, list, sizeof list);
+        const char *near = lh_nearest(k->value, known, n);
+        if (near)
+            snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
+        return lh_err_set(c->err, LH_E_CONFIG, "%s:%d:%d: unknown key '%s'%s%s%s; known keys: %s",
+                          c->src, k->line, k->column, k->value, where ? " in " : "",
+                          where ? where : "", hint, list);
+    }
+    return LH_OK;
+}
+
+/* The node must be a non-null scalar. `expected` describes the wanted value. */
+static lh_status need_scalar(rc_ctx *c, const lh_ynode *n, const char *path, const char *expected)
+{
+    char why[512];
+    if (n->kind != LH_YNODE_SCALAR) {
+        snprintf(why, sizeof why, "expected %s, got %s", expected, lh_ynode_kind_name(n));
+        return yerr(c, n, path, why);
+    }
+    if (n->is_null) {
+        snprintf(why, sizeof why, "expected %s, got no value (null)", expected);
+        return yerr(c, n, path, why);
+    }
+    return LH_OK;
+}
+
+static lh_status y_bool(rc_ctx *c, const lh_ynode *n, const char *path, bool *out)
+{
+    const char *expected = "a boolean (true/false)";
+    lh_status st = need_scalar(c, n, path, expected);
+    if (st)
+        return st;
+    char why[512];
+    if (!n->plain) {
+        snprintf(why, sizeof why, "expected %s, got the quoted string \"%.200s\"", expected,
+                 n->value);
+        return yerr(c, n, path, why);
+    }
+    if (!parse_bool_text(n->value, out, why, sizeof why))
+        return yerr(c, n, path, why);
+    return LH_OK;
+}
+
+static lh_status y_pos_int(rc_ctx *c, const lh_ynode *n, const char *path, int64_t *out)
+{
+    const char *expected = "a positive integer";
+    lh_status st = need_scalar(c, n, path, expected);
+    if (st)
+        return st;
+    char why[512];
+    if (!n->plain) {
+        snprintf(why, sizeof why, "expected %s, got the quoted string \"%.200s\"", expected,
+                 n->value);
+        return yerr(c, n, path, why);
+    }
+    if (!parse_pos_int_text(n->value, out, why, sizeof why))
+        return yerr(c, n, path, why);
+    return LH_OK;
+}
+
+/* A non-empty string (any scalar style). Borrowed from the node. */
+static lh_status y_string(rc_ctx *c, const lh_ynode *n, const char *path, const char *expected,
+                          const char **out)
+{
+    lh_status st = need_scalar(c, n, path, expected);
+    if (st)
+        return st;
+    if (n->length == 0 || strlen(n->value) != n->length) {
+        char why[512];
+        snprintf(why, sizeof why, "expected %s, got %s", expected,
+                 n->length == 0 ? "an empty string" : "a string with a NUL byte");
+        return yerr(c, n, path, why);
+    }
+    *out = n->value;
+    return LH_OK;
+}
+
+static lh_status y_enum(rc_ctx *c, const lh_ynode *n, const char *path, const char *const *names,
+                        size_t count, int *out)
+{
+    char list[256], expected[300];
+    join_names(names, count, list, sizeof list);
+    snprintf(expected, sizeof expected, "one of %s", list);
+    lh_status st = need_scalar(c, n, path, expected);
+    if (st)
+        return st;
+    char why[512];
+    if (!parse_enum_text(n->value, names, count, out, why, sizeof why))
+        return yerr(c, n, path, why);
+    return LH_OK;
+}
+
+/* Mapping or null (null: empty). */
+static lh_status y_mapping(rc_ctx *c, const lh_ynode *n, const char *path, const char *expected,
+                           bool *empty)
+{
+    *empty = n->kind == LH_YNODE_SCALAR && n->is_null;
+    if (*empty || n->kind == LH_YNODE_MAPPING)
+        return LH_OK;
+    char why[512];
+    if (n->kind == LH_YNODE_SCALAR)
+        snprintf(why, sizeof why, "expected %s, got the scalar '%.200s'", expected, n->value);
+    else
+        snprintf(why, sizeof why, "expected %s, got %s", expected, lh_ynode_kind_name(n));
+    return yerr(c, n, path, why);
+}
+
+static lh_status y_sequence(rc_ctx *c, const lh_ynode *n, const char *path, const char *expected,
+                            bool *empty)
+{
+    *empty = n->kind == LH_YNODE_SCALAR && n->is_null;
+    if (*empty || n->kind == LH_YNODE_SEQUENCE)
+        return LH_OK;
+    char why[512];
+    if (n->kind == LH_YNODE_SCALAR)
+        snprintf(why, sizeof why, "expected %s, got the scalar '%.200s'", expected, n->value);
+    else
+        snprintf(why, sizeof why, "expected %s, got %s", expected, lh_ynode_kind_name(n));
+    return yerr(c, n, path, why);
+}
+
+static lh_status y_model_impl(rc_ctx *c, const lh_ynode *n)
+{
+    bool empty;
+    lh_status st = y_mapping(c, n, "model_impl", "a mapping {target: NAME, mode: off|auto|require}",
+                             &empty);
+    if (st || empty)
+        return st;
+    if ((st = check_keys(c, n, "model_impl", impl_keys, N_OF(impl_keys))))
+        return st;
+    const lh_ynode *tn = lh_ynode_get(n, "target");
+    const lh_ynode *mn = lh_ynode_get(n, "mode");
+    const char *target = NULL;
+    int mode = -1;
+    if (tn && (st = y_string(c, tn, "model_impl.target", "a target implementation name",
+                             &target)))
+        return st;
+    if (mn && (st = y_enum(c, mn, "model_impl.mode", mode_names, N_OF(mode_names), &mode)))
+        return st;
+    if (!tn && !mn)
+        return LH_OK;
+    if (mode < 0)
+        mode = LH_IMPL_AUTO; /* target given without a mode */
+    if (mode != LH_IMPL_OFF && !target && !c->rc->model_impl_target) {
+        char why[256];
+        snprintf(why, sizeof why, "mode '%s' needs model_impl.target (none given)",
+                 mode_names[mode]);
+        return yerr(c, mn, "model_impl.mode", why);
+    }
+    if (target) {
+        char *t = lh_strdup(target);
+        if (!t)
+            return nomem(c);
+        free(c->rc->model_impl_target);
+        c->rc->model_impl_target = t;
+    }
+    c->rc->model_impl_mode = (lh_impl_mode)mode;
+    c->rc->model_impl_origin = yorigin(tn ? tn : mn);
+    return LH_OK;
+}
+
+static lh_status y_dtype(rc_ctx *c, const lh_ynode *n)
+{
+    lh_status st = need_scalar(c, n, "dtype", "one of auto, float32, bfloat16, float16");
+    if (st)
+        return st;
+    char why[512];
+    lh_dtype dt;
+    if (!parse_dtype_text(n->value, &dt, why, sizeof why))
+        return yerr(c, n, "dtype", why);
+    c->rc->dtype = dt;
+    c->rc->dtype_origin = yorigin(n);
+    return LH_OK;
+}
+
+static lh_status y_group_size_scheme(rc_ctx *c, const lh_ynode *gn, const char *path,
+                                     lh_quant_scheme scheme, const char *scheme_from)
+{
+    if (scheme == LH_QUANT_INT4)
+        return LH_OK;
+    char why[512];
+    snprintf(why, sizeof why,
+             "group_size applies only to scheme int4, but the scheme is '%s'%s; remove "
+             "group_size or use int4",
+             lh_quant_scheme_name(scheme), scheme_from);
+    return yerr(c, gn, path, why);
+}
+
+static lh_status y_rules(rc_ctx *c, const lh_ynode *n, int64_t default_group,
+                         lh_quant_rule **out, size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    bool empty;
+    lh_status st = y_sequence(c, n, "quant.rules",
+                              "a sequence of mappings {pattern: GLOB, scheme: ..., group_size: N}",
+                              &empty);
+    if (st || empty)
+        return st;
+    lh_quant_rule *rules = calloc(n->n ? n->n : 1, sizeof *rules);
+    if (!rules)
+        return nomem(c);
+    size_t count = 0;
+    for (size_t i = 0; i < n->n; i++) {
+        const lh_ynode *r = n->items[i];
+        char path[64], sub[96];
+        snprintf(path, sizeof path, "quant.rules[%zu]", i);
+        if (r->kind != LH_YNODE_MAPPING) {
+            char why[512];
+            if (r->kind == LH_YNODE_SCALAR)
+                snprintf(why, sizeof why,
+                         "expected a mapping {pattern: GLOB, scheme: ...}, got the scalar "
+                         "'%.200s'",
+                         r->value);
+            else
+                snprintf(why, sizeof why, "expected a mapping {pattern: GLOB, scheme: ...}, got %s",
+                         lh_ynode_kind_name(r));
+            st = yerr(c, r, path, why);
+            goto fail;
+        }
+        if ((st = check_keys(c, r, path, rule_keys, N_OF(rule_keys))))
+            goto fail;
+        const lh_ynode *pn = lh_ynode_get(r, "pattern");
+        const lh_ynode *sn = lh_ynode_get(r, "scheme");
+        const lh_ynode *gn = lh_ynode_get(r, "group_size");
+        if (!pn || !sn) {
+            st = yerr(c, r, path,
+                      !pn ? "missing required key 'pattern' (a glob over module names)"
+                          : "missing required key 'scheme' (none, fp8, int8 or int4)");
+            goto fail;
+        }
+        const char *pattern;
+        snprintf(sub, sizeof sub, "%s.pattern", path);
+        if ((st = y_string(c, pn, sub, "a non-empty glob pattern", &pattern)))
+            goto fail;
+        int scheme;
+        snprintf(sub, sizeof sub, "%s.scheme", path);
+        if ((st = y_enum(c, sn, sub, scheme_names, N_OF(scheme_names), &scheme)))
+            goto fail;
+        int64_t group = default_group;
+        if (gn) {
+            snprintf(sub, sizeof sub, "%s.group_size", path);
+            if ((st = y_pos_int(c, gn, sub, &group)))
+                goto fail;
+            if ((st = y_group_size_scheme(c, gn, sub, (lh_quant_scheme)scheme, " in this rule")))
+                goto fail;
+        }
+        rules[count].pattern = lh_strdup(pattern);
+        if (!rules[count].pattern) {
+            st = nomem(c);
+            goto fail;
+        }
+        rules[count].scheme = (lh_quant_scheme)scheme;
+        rules[count].group_size = group;
+        rules[count].origin = yorigin(r);
+        count++;
+    }
+    *out = rules;
+    *n_out = count;
+    return LH_OK;
+fail:
+    free_rules(rules, count);
+    return st;
+}
+
+static lh_status y_excludes(rc_ctx *c, const lh_ynode *n, char ***out, size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    bool empty;
+    lh_status st = y_sequence(c, n, "quant.exclude_modules", "a sequence of glob patterns",
+                              &empty);
+    if (st || empty)
+        return st;
+    char **ex = calloc(n->n ? n->n : 1, sizeof *ex);
+    if (!ex)
+        return nomem(c);
+    size_t count = 0;
+    for (size_t i = 0; i < n->n; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "quant.exclude_modules[%zu]", i);
+        const char *s;
+        if ((st = y_string(c, n->items[i], path, "a non-empty glob pattern", &s)))
+            goto fail;
+        if (!(ex[count] = lh_strdup(s))) {
+            st = nomem(c);
+            goto fail;
+        }
+        count++;
+    }
+    *out = ex;
+    *n_out = count;
+    return LH_OK;
+fail:
+    free_strings(ex, count);
+    return st;
+}
+
+/* The quant mapping is committed as a whole: on error rc->quant is unchanged. */
+static lh_status y_quant(rc_ctx *c, const lh_ynode *n)
+{
+    bool empty;
+    lh_status st = y_mapping(c, n, "quant",
+                             "a mapping {scheme, group_size, rules, exclude_modules}", &empty);
+    if (st || empty)
+        return st;
+    if ((st = check_keys(c, n, "quant", quant_keys, N_OF(quant_keys))))
+        return st;
+    lh_quant_config *q = &c->rc->quant;
+    const lh_ynode *sn = lh_ynode_get(n, "scheme");
+    const lh_ynode *gn = lh_ynode_get(n, "group_size");
+    const lh_ynode *rn = lh_ynode_get(n, "rules");
+    const lh_ynode *en = lh_ynode_get(n, "exclude_modules");
+
+    int scheme = (int)q->scheme;
+    int64_t group = q->group_size;
+    if (sn && (st = y_enum(c, sn, "quant.scheme", scheme_names, N_OF(scheme_names), &scheme)))
+        return st;
+    if (gn) {
+        if ((st = y_pos_int(c, gn, "quant.group_size", &group)))
+            return st;
+        if ((st = y_group_size_scheme(c, gn, "quant.group_size", (lh_quant_scheme)scheme,
+                                      sn ? "" : " (quant.scheme is not set to int4)")))
+            return st;
+    }
+    lh_quant_rule *rules = NULL;
+    size_t n_rules = 0;
+    char **ex = NULL;
+    size_t n_ex = 0;
+    if (rn && (st = y_rules(c, rn, group, &rules, &n_rules)))
+        return st;
+    if (en && (st = y_excludes(c, en, &ex, &n_ex))) {
+        free_rules(rules, n_rules);
+        return st;
+    }
+    q->scheme = (lh_quant_scheme)scheme;
+    q->group_size = group;
+    if (rn) {
+        free_rules(q->rules, q->n_rules);
+        q->rules = rules;
+        q->n_rules = n_rules;
+    }
+    if (en) {
+        free_strings(q->exclude_modules, q->n_exclude);
+        q->exclude_modules = ex;
+        q->n_exclude = n_ex;
+    }
+    q->origin = yorigin(sn ? sn : gn ? gn : n);
+    return LH_OK;
+}
+
+static lh_status apply_tree(rc_ctx *c, const lh_ynode *root)
+{
+    if (!root || (root->kind == LH_YNODE_SCALAR && root->is_null))
+        return LH_OK; /* an empty file is an empty config */
+    if (root->kind != LH_YNODE_MAPPING) {
+        char why[512];
+        if (root->kind == LH_YNODE_SCALAR)
+            snprintf(why, sizeof why, "got the scalar '%.200s'", root->value);
+        else
+            snprintf(why, sizeof why, "got %s", lh_ynode_kind_name(root));
+        return lh_err_set(c->err, LH_E_CONFIG,
+                          "%s:%d:%d: a run config must be a mapping of keys (dtype: ..., quant: "
+                          "...), %s",
+                          c->src, root->line, root->column, why);
+    }
+    lh_status st = check_keys(c, root, NULL, root_keys, N_OF(root_keys));
+    if (st)
+        return st;
+    lh_run_config *rc = c->rc;
+    for (size_t i = 0; i < root->n; i++) {
+        const char *k = root->keys[i]->value;
+        const lh_ynode *v = root->items[i];
+        if (strcmp(k, "mm_encoder_only") == 0) {
+            if ((st = y_bool(c, v, k, &rc->mm_encoder_only)))
+                return st;
+            rc->mm_encoder_only_origin = yorigin(v);
+        } else if (strcmp(k, "model_impl") == 0) {
+            if ((st = y_model_impl(c, v)))
+                return st;
+        } else if (strcmp(k, "dtype") == 0) {
+            if ((st = y_dtype(c, v)))
+                return st;
+        } else if (strcmp(k, "max_seq_len") == 0) {
+            if ((st = y_pos_int(c, v, k, &rc->max_seq_len)))
+                return st;
+            rc->max_seq_len_origin = yorigin(v);
+        } else if (strcmp(k, "max_batch_size") == 0) {
+            if ((st = y_pos_int(c, v, k, &rc->max_batch_size)))
+                return st;
+            rc->max_batch_size_origin = yorigin(v);
+        } else if (strcmp(k, "quant") == 0) {
+            if ((st = y_quant(c, v)))
+                return st;
+        }
+    }
+    return LH_OK;
+}
+
+static lh_status load_text(lh_run_config *rc, const char *text, size_t len, const char *source,
+                           lh_err *err)
+{
+    char *src = lh_strdup(source);
+    if (!src)
+        return lh_err_set(err, LH_E_NOMEM, "%s: out of memory", source);
+    free(rc->source);
+    rc->source = src;
+    lh_ynode *root = NULL;
+    lh_status st = lh_yaml_parse(text, len, rc->source, &root, err);
+    if (st)
+        return st;
+    rc_ctx c = {.rc = rc, .src = rc->source, .err = err};
+    st = apply_tree(&c, root);
+    lh_ynode_free(root);
+    return st;
+}
+
+lh_status lh_run_config_load_string(lh_run_config *rc, const char *yaml_text,
+                                    const char *source_name, lh_err *err)
+{
+    if (!rc || !yaml_text)
+        return lh_err_set(err, LH_E_USAGE, "lh_run_config_load_string: %s is NULL",
+                          rc ? "yaml_text" : "rc");
+    return load_text(rc, yaml_text, strlen(yaml_text), source_name ? source_name : "<string>",
+                     err);
+}
+
+lh_status lh_run_config_load_file(lh_run_config *rc, const char *path, lh_err *err)
+{
+    if (!rc || !path)
+        return lh_err_set(err, LH_E_USAGE, "lh_run_config_load_file: %s is NULL",
+                          rc ? "path" : "rc");
+    char *buf;
+    size_t n;
+    lh_status st = lh_read_text_file(path, "run config", (size_t)16 << 20, LH_E_CONFIG, &buf, &n,
+                                     err);
+    if (st == LH_OK)
+        st = load_text(rc, buf, n, path, err);
+    free(buf);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* CLI overrides */
+
+lh_status lh_run_config_set(lh_run_config *rc, const char *key_eq_value, lh_err *err)
+{
+    if (!rc || !key_eq_value)
+        return lh_err_set(err, LH_E_USAGE, "lh_run_config_set: %s is NULL",
+                          rc ? "key_eq_value" : "rc");
+    const char *eq = strchr(key_eq_value, '=');
+    if (!eq || eq == key_eq_value)
+        return lh_err_set(err, LH_E_USAGE,
+                          "run-config override '%s' must have the form KEY=VALUE", key_eq_value);
+    char flag[96], key[96];
+    size_t klen = (size_t)(eq - key_eq_value);
+    if (klen >= sizeof key)
+        klen = sizeof key - 1;
+    memcpy(flag, key_eq_value, klen);
+    flag[klen] = '\0';
+    for (size_t i = 0; i <= klen; i++)
+        key[i] = flag[i] == '-' ? '_' : flag[i];
+    const char *value = eq + 1;
+
+    int which = find_name(key, flag_keys, N_OF(flag_keys));
+    if (which < 0 || strcmp(key, flag_keys[which]) != 0) {
+        char list[256], hint[160] = "";
+        join_names(flag_keys, N_OF(flag_keys), list, sizeof list);
+        const char *near = lh_nearest(key, flag_keys, N_OF(flag_keys));
+        if (near)
+            snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
+        return lh_err_set(err, LH_E_USAGE, "--%s: unknown run-config key '%s'%s; settable keys: %s",
+                          flag, flag, hint, list);
+    }
+    if (!*value)
+        return lh_err_set(err, LH_E_USAGE, "--%s: no value given", flag);
+
+    const lh_value_origin fo = {.kind = LH_ORIGIN_FLAG};
+    char why[512];
+    if (strcmp(key, "mm_encoder_only") == 0) {
+        bool b;
+        if (strcmp(value, "1") == 0 || strcmp(value, "0") == 0)
+            b = value[0] == '1';
+        else if (!parse_bool_text(value, &b, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        rc->mm_encoder_only = b;
+        rc->mm_encoder_only_origin = fo;
+    } else if (strcmp(key, "dtype") == 0) {
+        lh_dtype dt;
+        if (!parse_dtype_text(value, &dt, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        rc->dtype = dt;
+        rc->dtype_origin = fo;
+    } else if (strcmp(key, "max_seq_len") == 0 || strcmp(key, "max_batch_size") == 0) {
+        int64_t x;
+        if (!parse_pos_int_text(value, &x, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        if (strcmp(key, "max_seq_len") == 0) {
+            rc->max_seq_len = x;
+            rc->max_seq_len_origin = fo;
+        } else {
+            rc->max_batch_size = x;
+            rc->max_batch_size_origin = fo;
+        }
+    } else if (strcmp(key, "model_impl") == 0) {
+        if (strcasecmp(value, "off") == 0) {
+            rc->model_impl_mode = LH_IMPL_OFF;
+            rc->model_impl_origin = fo;
+            return LH_OK;
+        }
+        const char *colon = strrchr(value, ':');
+        int mode = LH_IMPL_AUTO;
+        size_t tlen = strlen(value);
+        if (colon) {
+            tlen = (size_t)(colon - value);
+            if (!parse_enum_text(colon + 1, mode_names, N_OF(mode_names), &mode, why,
+                                 sizeof why))
+                return lh_err_set(err, LH_E_USAGE,
+                                  "--%s: mode %s (expected TARGET, TARGET:auto, TARGET:require "
+                                  "or off)",
+                                  flag, why);
+        }
+        if (tlen == 0)
+            return lh_err_set(err, LH_E_USAGE,
+                              "--%s: '%s' names no target (expected TARGET, TARGET:auto, "
+                              "TARGET:require or off)",
+                              flag, value);
+        char *t = strndup(value, tlen);
+        if (!t)
+            return lh_err_set(err, LH_E_NOMEM, "--%s: out of memory", flag);
+        free(rc->model_impl_target);
+        rc->model_impl_target = t;
+        rc->model_impl_mode = (lh_impl_mode)mode;
+        rc->model_impl_origin = fo;
+    } else { /* quant */
+        int scheme;
+        if (!parse_enum_text(value, scheme_names, N_OF(scheme_names), &scheme, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        rc->quant.scheme = (lh_quant_scheme)scheme;
+        rc->quant.origin = fo;
+    }
+    return LH_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The validator: one function per cross-key rule; add new rules to `rules` below. */
+
+typedef lh_status (*rc_rule_fn)(const lh_run_config *rc, lh_err *err);
+
+#define ORIGIN(rc, o) lh_value_origin_str((rc), (o), obuf, sizeof obuf)
+
+static lh_status rule_model_impl(const lh_run_config *rc, lh_err *err)
+{
+    char obuf[1024];
+    if ((unsigned)rc->model_impl_mode > LH_IMPL_REQUIRE)
+        return lh_err_set(err, LH_E_CONFIG, "model_impl.mode=%d (from %s) is not one of off, "
+                          "auto, require", (int)rc->model_impl_mode,
+                          ORIGIN(rc, rc->model_impl_origin));
+    /* mode off with a target is fine: the target is ignored. */
+    if (rc->model_impl_mode != LH_IMPL_OFF &&
+        (!rc->model_impl_target || !*rc->model_impl_target))
+        return lh_err_set(err, LH_E_CONFIG, "model_impl.mode=%s (from %s) needs model_impl.target",
+                          mode_name(rc->model_impl_mode), ORIGIN(rc, rc->model_impl_origin));
+    return LH_OK;
+}
+
+static lh_status rule_dtype(const lh_run_config *rc, lh_err *err)
+{
+    char obuf[1024];
+    if (rc->dtype != LH_DTYPE_INVALID && rc->dtype != LH_DTYPE_F32 &&
+        rc->dtype != LH_DTYPE_BF16 && rc->dtype != LH_DTYPE_F16)
+        return lh_err_set(err, LH_E_CONFIG,
+                          "dtype=%s (from %s) is not a weight dtype (auto, float32, bfloat16, "
+                          "float16); use quant for quantized weights",
+                          lh_dtype_name(rc->dtype), ORIGIN(rc, rc->dtype_origin));
+    return LH_OK;
+}
+
+static lh_status rule_sizes(const lh_run_config *rc, lh_err *err)
+{
+    char obuf[1024], obuf2[1024];
+    if (rc->max_seq_len < 0)
+        return lh_err_set(err, LH_E_CONFIG, "max_seq_len=%lld (from %s) must be > 0",
+                          (long long)rc->max_seq_len, ORIGIN(rc, rc->max_seq_len_origin));
+    if (rc->max_batch_size <= 0)
+        return lh_err_set(err, LH_E_CONFIG, "max_batch_size=%lld (from %s) must be > 0",
+                          (long long)rc->max_batch_size, ORIGIN(rc, rc->max_batch_size_origin));
+    int64_t tokens;
+    if (__builtin_mul_overflow(rc->max_seq_len, rc->max_batch_size, &tokens))
+        return lh_err_set(err, LH_E_CONFIG,
+                          "max_seq_len=%lld (from %s) * max_batch_size=%lld (from %s) overflows "
+                          "a 64-bit token count",
+                          (long long)rc->max_seq_len, ORIGIN(rc, rc->max_seq_len_origin),
+                          (long long)rc->max_batch_size,
+                          lh_value_origin_str(rc, rc->max_batch_size_origin, obuf2,
+                                              sizeof obuf2));
+    return LH_OK;
+}
+
+static lh_status check_group(const lh_run_config *rc, const char *what, int64_t group,
+                             lh_value_origin o, lh_err *err)
+{
+    char obuf[1024];
+    if (group <= 0 || group % 2 != 0)
+        return lh_err_set(err, LH_E_CONFIG,
+                          "%s=%lld (from %s) must be a positive even number for int4 (two 4-bit "
+                          "values share a byte)",
+                          what, (long long)group, ORIGIN(rc, o));
+    return LH_OK;
+}
+
+static lh_status rule_quant(const lh_run_config *rc, lh_err *err)
+{
+    char obuf[1024];
+    const lh_quant_config *q = &rc->quant;
+    if ((unsigned)q->scheme > LH_QUANT_INT4)
+        return lh_err_set(err, LH_E_CONFIG, "quant.scheme=%d (from %s) is not one of none, fp8, "
+                          "int8, int4", (int)q->scheme, ORIGIN(rc, q->origin));
+    lh_status st;
+    if (q->scheme == LH_QUANT_INT4 &&
+        (st = check_group(rc, "quant.group_size", q->group_size, q->origin, err)))
+        return st;
+    for (size_t i = 0; i < q->n_rules; i++) {
+        const lh_quant_rule *r = &q->rules[i];
+        char what[64];
+        if (!r->pattern || !*r->pattern)
+            return lh_err_set(err, LH_E_CONFIG, "quant.rules[%zu].pattern (from %s) is empty",
+                              i, ORIGIN(rc, r->origin));
+        if ((unsigned)r->scheme > LH_QUANT_INT4)
+            return lh_err_set(err, LH_E_CONFIG,
+                              "quant.rules[%zu].scheme=%d (from %s) is not one of none, fp8, "
+                              "int8, int4", i, (int)r->scheme, ORIGIN(rc, r->origin));
+        /* a rule whose scheme is none is fine: it keeps the matched layers unquantized */
+        snprintf(what, sizeof what, "quant.rules[%zu].group_size", i);
+        if (r->scheme == LH_QUANT_INT4 && (st = check_group(rc, what, r->group_size, r->origin,
+                                                            err)))
+            return st;
+    }
+    for (size_t i = 0; i < q->n_exclude; i++)
+        if (!q->exclude_modules[i] || !*q->exclude_modules[i])
+            return lh_err_set(err, LH_E_CONFIG,
+                              "quant.exclude_modules[%zu] (from %s) is an empty pattern", i,
+                              ORIGIN(rc, q->origin));
+    return LH_OK;
+}
+
+static const rc_rule_fn validation_rules[] = {
+    rule_model_impl,
+    rule_dtype,
+    rule_sizes,
+    rule_quant,
+};
+
+lh_status lh_run_config_validate(const lh_run_config *rc, lh_err *err)
+{
+    if (!rc)
+        return lh_err_set(err, LH_E_USAGE, "lh_run_config_validate: rc is NULL");
+    for (size_t i = 0; i < N_OF(validation_rules); i++) {
+        lh_status st = validation_rules[i](rc, err);
+        if (st)
+            return st;
+    }
+    return LH_OK;
+}

@@ -1,0 +1,123 @@
+/* Private to host/model: the module tree's data structures, shared by module_tree.c (tree,
+ * arena, indexes, model lifecycle and inspection), blocks.c (building blocks), decoder_lm.c,
+ * quant_apply.c and memory_plan.c.
+ *
+ * Memory: every byte the tree occupies comes from the build's arena (nodes, names, params,
+ * attention specs) or from two tracked side tables (the name index and the attention-layer
+ * table). b->bytes_now / b->bytes_peak count them all, so peak_construction_bytes is real. */
+#ifndef LH_MODEL_TREE_INTERNAL_H
+#define LH_MODEL_TREE_INTERNAL_H
+
+#include "model.h"
+
+#include <stdarg.h>
+
+typedef struct lh_param {
+    const char *name;            /* "weight", "bias" (arena) */
+    int ndim;
+    int64_t shape[LH_MAX_DIMS];
+    int64_t numel;
+    lh_param_role role;
+    lh_dtype dtype;              /* storage dtype after the quant config */
+    int64_t bytes;               /* storage bytes (quant scales included); 0 when tied */
+    struct lh_param *tied_to;    /* the source param when tied (never itself tied) */
+    int tie_dependents;          /* how many params are tied to this one */
+    struct lh_module *owner;
+    struct lh_param *next;
+} lh_param;
+
+struct lh_module {
+    const char *name;            /* full dotted name (arena); "" for the root */
+    const char *local;           /* last component, points into name */
+    lh_module_kind kind;
+    lh_build *build;             /* owner, for argument checks */
+    lh_module *parent;
+    lh_module *first_child, *last_child, *next_sibling;
+    size_t n_children;
+    lh_param *params, *last_param;
+    int n_params;
+    lh_module *next_norm;        /* norm fusion chain */
+    double eps;                  /* RMSNORM */
+    lh_quant_scheme quant;       /* LINEAR, after the quant config */
+    int64_t group_size;          /* INT4 */
+    /* ATTENTION */
+    lh_attention_spec *attn;     /* copy of the spec (arena) */
+    int64_t kv_bytes_per_token;
+};
+
+typedef struct lh_arena_chunk {
+    struct lh_arena_chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+} lh_arena_chunk;
+
+typedef struct lh_attn_entry {
+    char key[48];                /* "3", "3_0", "3_1", ... */
+    int64_t layer_index;
+    lh_module *module;           /* non-owning */
+} lh_attn_entry;
+
+/* layer index -> first attention-table entry and how many share that index */
+typedef struct lh_attn_slot {
+    int64_t layer_index;
+    size_t first;
+    size_t count;
+    bool used;
+} lh_attn_slot;
+
+struct lh_build {
+    lh_status status;            /* first error wins */
+    char msg[1536];
+    lh_dtype dtype;              /* weight dtype */
+    lh_arena_chunk *chunks;
+    lh_module *root;
+    size_t n_modules;
+    /* full name -> module (open addressing, power-of-two capacity) */
+    lh_module **index;
+    size_t index_cap;
+    /* attention-layer table, in registration order */
+    lh_attn_entry *attn;
+    size_t n_attn, cap_attn;
+    lh_attn_slot *attn_slots;
+    size_t attn_slots_cap, attn_slots_used;
+    int64_t bytes_now, bytes_peak;
+};
+
+struct lh_model {
+    lh_build *b;                 /* owns the tree */
+    char *provider;              /* architecture name, for messages */
+    int64_t max_seq_len;         /* resolved: run config, else max_position_embeddings, else 0 */
+    int64_t max_batch_size;      /* run config, else 1 */
+    int64_t quantized_linears;
+};
+
+/* ---- module_tree.c ---- */
+lh_build *lh_tree_build_new(lh_dtype dtype);
+void lh_tree_build_free(lh_build *b);
+void *lh_tree_alloc(lh_build *b, size_t size);          /* zeroed; NULL + sticky NOMEM */
+char *lh_tree_strdup(lh_build *b, const char *s);
+lh_status lh_tree_failv(lh_build *b, lh_status code, const char *fmt, va_list ap);
+lh_status lh_tree_fail(lh_build *b, lh_status code, const char *fmt, ...) LH_PRINTF(3, 4);
+/* Validates and appends a child node; NULL on error (recorded). parent NULL means root. */
+lh_module *lh_tree_add_module(lh_build *b, lh_module *parent, const char *name,
+                              lh_module_kind kind);
+lh_param *lh_tree_add_param(lh_build *b, lh_module *m, const char *name, int ndim,
+                            const int64_t *shape, lh_param_role role);
+lh_param *lh_tree_find_param(const lh_module *m, const char *name);
+lh_module *lh_tree_lookup(const lh_build *b, const char *full_name);
+/* Registers an attention module under its layer index (duplicates renamed _0, _1, ...). */
+lh_status lh_tree_register_attention(lh_build *b, lh_module *m, int64_t layer_index);
+/* Pre-order walk: the node after m (children first, in insertion order), NULL at the end. */
+lh_module *lh_tree_next(const lh_module *m);
+/* Checked arithmetic for shapes and byte counts. */
+bool lh_tree_mul(int64_t a, int64_t b, int64_t *out);
+bool lh_tree_add(int64_t a, int64_t b, int64_t *out);
+
+/* ---- quant_apply.c ---- */
+/* Applies the quant config to every LINEAR module and computes storage bytes of every param.
+ * Errors: LH_E_CONFIG (int4 group size not dividing a layer's input width, overflow). */
+lh_status lh_model_apply_quant(lh_model *m, const lh_quant_config *qc, lh_err *err);
+/* Storage bytes of a param kept in the model dtype. -1 on overflow. */
+int64_t lh_param_plain_bytes(lh_dtype dtype, int64_t numel);
+
+#endif

@@ -1,0 +1,67 @@
+/* llmhost plugin SDK: basic types shared by the host, the kernels and every plugin.
+ *
+ * One error convention everywhere: a function returns an lh_status; LH_OK is zero and every
+ * other value is a distinct error class. The CLI exits with the numeric value of the class, so
+ * these numbers are part of the user-facing contract: never renumber, only append. */
+#ifndef LH_TYPES_H
+#define LH_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum lh_status {
+    LH_OK = 0,
+    LH_E_INTERNAL = 1,        /* a bug in llmhost; please report */
+    LH_E_USAGE = 2,           /* bad command line or API misuse */
+    LH_E_CONFIG = 3,          /* config.json or run config invalid */
+    LH_E_UNKNOWN_NAME = 4,    /* architecture / backend in no index */
+    LH_E_MODULE_MISSING = 5,  /* index names a plugin file that does not exist */
+    LH_E_LOAD = 6,            /* dlopen failed (dependency, undefined symbol, bad ELF) */
+    LH_E_NOT_PLUGIN = 7,      /* no entry symbol, bad magic or bad descriptor */
+    LH_E_ABI = 8,             /* plugin ABI version incompatible with the host */
+    LH_E_INSECURE = 9,        /* plugin file or custom dir fails the security checks */
+    LH_E_INIT = 10,           /* the plugin's init reported failure */
+    LH_E_INDEX_DRIFT = 11,    /* index and plugin disagree about what it provides */
+    LH_E_INDEX_PARSE = 12,    /* arch_index.tsv malformed */
+    LH_E_IO = 13,             /* a file could not be read */
+    LH_E_UNSUPPORTED = 14,    /* a valid request this build or target cannot serve */
+    LH_E_NOMEM = 15,          /* allocation failed */
+    LH_STATUS_COUNT_
+} lh_status;
+
+/* Element types. Numbering is ABI: append only. */
+typedef enum lh_dtype {
+    LH_DTYPE_INVALID = 0,
+    LH_DTYPE_F32 = 1,
+    LH_DTYPE_F16 = 2,
+    LH_DTYPE_BF16 = 3,
+    LH_DTYPE_FP8_E4M3 = 4,
+    LH_DTYPE_INT8 = 5,
+    LH_DTYPE_INT4 = 6, /* two values per byte */
+    LH_DTYPE_COUNT_
+} lh_dtype;
+
+typedef enum lh_log_level {
+    LH_LOG_ERROR = 0,
+    LH_LOG_WARN = 1,
+    LH_LOG_INFO = 2,
+    LH_LOG_DEBUG = 3
+} lh_log_level;
+
+#if defined(__GNUC__)
+#define LH_PRINTF(fmt_idx, first_arg) __attribute__((format(printf, fmt_idx, first_arg)))
+#define LH_EXPORT __attribute__((visibility("default")))
+#else
+#define LH_PRINTF(fmt_idx, first_arg)
+#define LH_EXPORT
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,1013 @@
+#!/usr/bin/env python3
+"""Integration tests of the llmhost CLI: commands, explain numbers, every error class with its
+exit status, custom module dirs, run configs.
+
+Environment (set by tests/meson.build): LH_LLMHOST_EXE, LH_FIXTURES, LH_TEST_PLUGINS,
+LH_BUILTIN_PLUGINS. Prints one line `LH-TEST-SUMMARY passed=P failed=F skipped=S` at the end.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+EXE = os.environ.get("LH_LLMHOST_EXE", "")
+FIXTURES = os.environ.get("LH_FIXTURES", "")
+TEST_PLUGINS = os.environ.get("LH_TEST_PLUGINS", "")
+BUILTIN_PLUGINS = os.environ.get("LH_BUILTIN_PLUGINS", "")
+CONFIGS = os.path.join(FIXTURES, "configs")
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "data")
+
+EXIT_TABLE = ["0 ok", "1 internal error", "2 usage", "3 config error", "4 unknown name",
+              "5 module file missing", "6 load failure", "7 not a plugin", "8 ABI mismatch",
+              "9 insecure file", "10 init failure", "11 index drift", "12 index parse error",
+              "13 I/O error", "14 unsupported", "15 out of memory"]
+
+# Published parameter counts (bf16 checkpoints).
+PUBLISHED = {
+    "llama-3.1-8b": 8030261248,
+    "mistral-7b-v0.1": 7241732096,
+    "qwen2.5-7b": 7615616512,
+    "qwen3-8b": 8190735360,
+}
+
+INDEX_HEADER = "#llmhost-arch-index\t1\n#kind\tname\tshared_object\n"
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+def _outside_build_tree(path_list):
+    """Drops the entries of a colon-separated list that lie in the build tree. `meson test`
+    prepends the dirs of every shared library a script test depends on to LD_LIBRARY_PATH,
+    tests/plugins/absent included, which would hide the missing dependency of tp_missingdep;
+    the CLI finds its own libraries through its build rpath."""
+    build = os.path.realpath(os.path.dirname(os.path.abspath(BUILTIN_PLUGINS)))
+    keep = []
+    for p in path_list.split(":"):
+        rp = os.path.realpath(p) if p else ""
+        if p and os.path.commonpath([rp, build]) != build:
+            keep.append(p)
+    return ":".join(keep)
+
+
+def base_env(**extra):
+    """The environment of one CLI call: no inherited LLMHOST_* settings but LLMHOST_LOG=warn,
+    no build-tree dir in LD_LIBRARY_PATH, then `extra` (a value of None removes the
+    variable)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMHOST_")}
+    env["LLMHOST_LOG"] = "warn"
+    if "LD_LIBRARY_PATH" in env:
+        env["LD_LIBRARY_PATH"] = _outside_build_tree(env["LD_LIBRARY_PATH"])
+        if not env["LD_LIBRARY_PATH"]:
+            del env["LD_LIBRARY_PATH"]
+    for k, v in extra.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def cli(*args, env=None, timeout=30):
+    """Runs llmhost; returns (exit status, stdout, stderr)."""
+    p = subprocess.run([EXE, *args], capture_output=True, text=True, timeout=timeout,
+                       env=env if env is not None else base_env(), stdin=subprocess.DEVNULL)
+    return p.returncode, p.stdout, p.stderr
+
+
+def cfg(name):
+    return os.path.join(CONFIGS, name)
+
+
+def tp(stem):
+    """Path of a built test plugin: 'tp_alpha' -> <LH_TEST_PLUGINS>/libmodel_tp_alpha.so."""
+    if stem.endswith(".so"):
+        return os.path.join(TEST_PLUGINS, stem)
+    return os.path.join(TEST_PLUGINS, "libmodel_%s.so" % stem)
+
+
+class CliTestCase(unittest.TestCase):
+    """Gives each test a private 0755 temp dir, removed afterwards."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="lh-cli-")
+        os.chmod(self.tmp, 0o755)
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    # -- files
+
+    def mkdir(self, name):
+        d = os.path.join(self.tmp, name)
+        os.makedirs(d)
+        os.chmod(d, 0o755)
+        return d
+
+    def plugin_dir(self, name, plugins=(), rows=None, mode=0o755):
+        """A custom module dir `name` holding copies of test plugins ('tp_alpha' or a file name
+        in LH_TEST_PLUGINS), each chmod `mode`. rows: None for no arch_index.tsv, else a list of
+        (kind, name, shared_object) tuples or raw lines written after the header."""
+        d = self.mkdir(name)
+        for p in plugins:
+            dst = os.path.join(d, os.path.basename(tp(p)))
+            shutil.copyfile(tp(p), dst)
+            os.chmod(dst, mode)
+        if rows is not None:
+            self.write_index(d, rows)
+        return d
+
+    def write_index(self, d, rows, header=INDEX_HEADER):
+        lines = [r if isinstance(r, str) else "\t".join(r) for r in rows]
+        path = os.path.join(d, "arch_index.tsv")
+        with open(path, "w") as f:
+            f.write(header + "".join(l + "\n" for l in lines))
+        os.chmod(path, 0o644)
+        return path
+
+    def model_dir(self, name, base="smollm2-135m", **fields):
+        """A model dir whose config.json is the fixture `base` with `fields` replaced."""
+        with open(os.path.join(cfg(base), "config.json")) as f:
+            j = json.load(f)
+        j.update(fields)
+        d = self.mkdir(name)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(j, f, indent=2)
+        return d
+
+    def arch_model(self, arch):
+        return self.model_dir("model-" + arch, architectures=[arch])
+
+    def write(self, name, text, mode=0o644):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, mode)
+        return path
+
+    # -- assertions
+
+    def ok_json(self, *args, env=None):
+        rc, out, err = cli(*args, env=env)
+        self.assertEqual(rc, 0, "llmhost %s failed (%d): %s" % (" ".join(args), rc, err))
+        try:
+            return json.loads(out)
+        except ValueError as e:
+            self.fail("llmhost %s: stdout is not JSON (%s): %r" % (" ".join(args), e, out[:500]))
+
+    def assert_error(self, result, code, cls, *needles):
+        """The CLI failed with exit status `code`, and stderr says `[cls]` and every needle."""
+        rc, out, err = result
+        self.assertEqual(rc, code, "expected exit %d [%s], got %d; stderr: %s" % (code, cls, rc, err))
+        self.assertIn("[%s]" % cls, err)
+        for n in needles:
+            if isinstance(n, re.Pattern):
+                self.assertRegex(err, n)
+            else:
+                self.assertIn(n, err)
+        self.assertNotIn("Traceback", err)
+        return err
+
+
+def realpath(p):
+    return os.path.realpath(p)
+
+
+# ---- 1. commands ------------------------------------------------------------------------------
+
+class TestCommands(CliTestCase):
+
+    def check_help(self, *args):
+        rc, out, err = cli(*args)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("usage: llmhost", out)
+        self.assertIn("exit status", out)
+        for row in EXIT_TABLE:
+            self.assertRegex(out, r"(^|\s)" + re.escape(row) + r"(\s|$)", "missing exit row " + row)
+
+    def test_help_flag(self):
+        self.check_help("--help")
+
+    def test_help_short_flag(self):
+        self.check_help("-h")
+
+    def test_help_command(self):
+        self.check_help("help")
+
+    def test_no_arguments_prints_help(self):
+        self.check_help()
+
+    def test_list_help(self):
+        self.check_help("list", "--help")
+
+    def test_resolve_help(self):
+        self.check_help("resolve", "--help")
+
+    def test_explain_help(self):
+        self.check_help("explain", "-h")
+
+    def test_version_help(self):
+        self.check_help("version", "--help")
+
+    def test_version_shows_abi(self):
+        rc, out, err = cli("version")
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"^llmhost \S+ \(plugin ABI 1\.0\)$")
+
+    def test_version_flag(self):
+        rc, out, err = cli("--version")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("plugin ABI 1.0", out)
+
+    def test_unknown_command_exits_2(self):
+        rc, out, err = cli("frobnicate")
+        self.assertEqual(rc, 2)
+        self.assertIn("unknown command 'frobnicate'", err)
+
+    def test_unknown_option_exits_2(self):
+        rc, out, err = cli("resolve", "--frobnicate", cfg("llama-3.1-8b"))
+        self.assertEqual(rc, 2)
+        self.assertIn("--frobnicate", err)
+
+    def test_unknown_option_on_list_exits_2(self):
+        rc, out, err = cli("list", "--no-such-flag")
+        self.assertEqual(rc, 2)
+        self.assertIn("--no-such-flag", err)
+
+    def test_option_without_value_exits_2(self):
+        rc, out, err = cli("explain", cfg("llama-3.1-8b"), "--dtype")
+        self.assertEqual(rc, 2)
+        self.assertIn("--dtype", err)
+
+    def test_extra_argument_exits_2(self):
+        rc, out, err = cli("resolve", cfg("llama-3.1-8b"), cfg("qwen3-8b"))
+        self.assertEqual(rc, 2)
+        self.assertIn("unexpected argument", err)
+
+    def test_version_rejects_extra_argument(self):
+        # every other command rejects arguments it does not take (list MODEL -> 2)
+        rc, out, err = cli("version", "extra")
+        self.assertEqual(rc, 2, "llmhost version extra: exit %d, stdout %r" % (rc, out))
+
+    def test_invalid_log_level_flag_is_usage_error(self):
+        # a bad value of any other flag (--dtype, --quant, ...) is a usage error (exit 2)
+        rc, out, err = cli("resolve", cfg("llama-3.1-8b"), "--log-level", "verbose")
+        self.assertEqual(rc, 2, "--log-level verbose: exit %d; stderr: %s" % (rc, err))
+        self.assertIn("verbose", err)
+
+    def test_debug_log_keeps_json_stdout_clean(self):
+        rc, out, err = cli("resolve", cfg("llama-3.1-8b"), "--json", "--log-level", "debug")
+        self.assertEqual(rc, 0, err)
+        j = json.loads(out)
+        self.assertIn("debug", err)
+        self.assertIn(j["shared_object"], err)  # the load is logged at debug level
+
+    def test_llmhost_log_env_debug(self):
+        rc, out, err = cli("resolve", cfg("qwen3-8b"), "--json", env=base_env(LLMHOST_LOG="debug"))
+        self.assertEqual(rc, 0, err)
+        json.loads(out)
+        self.assertIn("debug", err)
+
+    def test_list_loads_no_plugin(self):
+        j = self.ok_json("list", "--json")
+        self.assertEqual(j["loaded_plugins"], [])
+        self.assertEqual(j["custom_module_dirs"], [])
+        names = {(r["kind"], r["name"]): r["shared_object"]
+                 for idx in j["indexes"] if idx["origin"] == "builtin" for r in idx["rows"]}
+        for arch, so in (("LlamaForCausalLM", "libmodel_llama.so"),
+                         ("MistralForCausalLM", "libmodel_llama.so"),
+                         ("Qwen2ForCausalLM", "libmodel_qwen.so"),
+                         ("Qwen3ForCausalLM", "libmodel_qwen.so")):
+            self.assertIn(("model", arch), names)
+            self.assertEqual(os.path.basename(names[("model", arch)]), so)
+        self.assertEqual(realpath(j["builtin_dir"]), realpath(BUILTIN_PLUGINS))
+
+    def test_list_text(self):
+        rc, out, err = cli("list")
+        self.assertEqual(rc, 0, err)
+        for arch in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                     "Qwen3ForCausalLM"):
+            self.assertIn(arch, out)
+        self.assertIn("loaded plugins: 0", out)
+
+    def test_list_takes_no_model(self):
+        rc, out, err = cli("list", cfg("llama-3.1-8b"))
+        self.assertEqual(rc, 2)
+
+    def test_resolve_llama_json(self):
+        j = self.ok_json("resolve", cfg("llama-3.1-8b"), "--json")
+        for key in ("architecture", "resolved_architecture", "rewrites", "kind",
+                    "shared_object", "origin", "loaded_plugins"):
+            self.assertIn(key, j)
+        self.assertEqual(j["architecture"], "LlamaForCausalLM")
+        self.assertEqual(j["resolved_architecture"], "LlamaForCausalLM")
+        self.assertEqual(j["rewrites"], [])
+        self.assertEqual(j["kind"], "model")
+        so = j["shared_object"]
+        self.assertTrue(os.path.isabs(so), so)
+        self.assertTrue(so.endswith("/libmodel_llama.so"), so)
+        self.assertEqual(realpath(so), realpath(os.path.join(BUILTIN_PLUGINS, "libmodel_llama.so")))
+        self.assertEqual(j["origin"], "builtin")
+        self.assertEqual(j["loaded_plugins"], [so])
+        self.assertEqual(j["plugin"]["abi"], "1.0")
+
+    def test_resolve_model_dir_and_config_path_agree(self):
+        a = self.ok_json("resolve", cfg("llama-3.1-8b"), "--json")
+        b = self.ok_json("resolve", os.path.join(cfg("llama-3.1-8b"), "config.json"), "--json")
+        self.assertEqual(a["shared_object"], b["shared_object"])
+        self.assertEqual(a["resolved_architecture"], b["resolved_architecture"])
+        self.assertEqual(b["loaded_plugins"], [b["shared_object"]])
+
+    def test_resolve_qwen_loads_only_qwen(self):
+        j = self.ok_json("resolve", cfg("qwen2.5-7b"), "--json")
+        self.assertEqual(j["architecture"], "Qwen2ForCausalLM")
+        self.assertTrue(j["shared_object"].endswith("/libmodel_qwen.so"), j["shared_object"])
+        self.assertEqual(j["loaded_plugins"], [j["shared_object"]])
+
+    def test_resolve_mistral_shares_llama_plugin(self):
+        j = self.ok_json("resolve", cfg("mistral-7b-v0.1"), "--json")
+        self.assertEqual(j["architecture"], "MistralForCausalLM")
+        self.assertTrue(j["shared_object"].endswith("/libmodel_llama.so"), j["shared_object"])
+        self.assertEqual(len(j["loaded_plugins"]), 1)
+
+    def test_resolve_text(self):
+        rc, out, err = cli("resolve", cfg("qwen3-8b"))
+        self.assertEqual(rc, 0, err)
+        self.assertIn("Qwen3ForCausalLM", out)
+        self.assertIn("libmodel_qwen.so", out)
+        self.assertIn("builtin", out)
+
+    def test_resolve_relative_model_path(self):
+        p = subprocess.run([EXE, "resolve", os.path.join("configs", "llama-3.1-8b"), "--json"],
+                           capture_output=True, text=True, timeout=30, env=base_env(),
+                           cwd=FIXTURES, stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout)["origin"], "builtin")
+
+
+# ---- 2. explain -------------------------------------------------------------------------------
+
+class TestExplain(CliTestCase):
+
+    def explain(self, model, *flags):
+        return self.ok_json("explain", model, "--json", *flags)
+
+    def check_published(self, name):
+        j = self.explain(cfg(name))
+        self.assertEqual(j["parameters"], PUBLISHED[name])
+        self.assertEqual(j["weight_dtype"], "bfloat16")
+        self.assertEqual(j["weight_bytes"], 2 * PUBLISHED[name])
+        self.assertEqual(j["loaded_plugins"], [j["shared_object"]])
+
+    def test_llama_3_1_8b_parameters(self):
+        self.check_published("llama-3.1-8b")
+
+    def test_mistral_7b_parameters(self):
+        self.check_published("mistral-7b-v0.1")
+
+    def test_qwen2_5_7b_parameters(self):
+        self.check_published("qwen2.5-7b")
+
+    def test_qwen3_8b_parameters(self):
+        self.check_published("qwen3-8b")
+
+    def test_tied_embeddings_counted_once(self):
+        j = self.explain(cfg("smollm2-135m"))  # tie_word_embeddings: true
+        self.assertEqual(j["parameters"], 134515008)
+        self.assertEqual(j["weight_bytes"], 2 * 134515008)
+
+    def test_float32_doubles_weight_bytes(self):
+        bf = self.explain(cfg("llama-3.1-8b"))
+        f32 = self.explain(cfg("llama-3.1-8b"), "--dtype", "float32")
+        self.assertEqual(f32["parameters"], bf["parameters"])
+        self.assertEqual(f32["weight_bytes"], 2 * bf["weight_bytes"])
+        self.assertEqual(f32["weight_bytes"], 4 * PUBLISHED["llama-3.1-8b"])
+        self.assertEqual(f32["weight_dtype"], "float32")
+
+    def test_kv_bytes_per_token_llama(self):
+        j = self.explain(cfg("llama-3.1-8b"))
+        # 32 layers x 8 kv heads x 128 head dim x (K + V) x 2 bytes
+        self.assertEqual(j["kv_bytes_per_token"], 131072)
+
+    def test_llama_405b_plans_without_allocating(self):
+        j = self.explain(cfg("llama-3.1-405b"))
+        self.assertEqual(j["parameters"], 405853388800)
+        self.assertEqual(j["weight_bytes"], 2 * 405853388800)
+        self.assertLess(j["peak_construction_bytes"], 16 * 1024 * 1024)
+        self.assertGreater(j["peak_construction_bytes"], 0)
+
+    def test_quant_int8_reduces_weight_bytes(self):
+        bf = self.explain(cfg("llama-3.1-8b"))
+        q = self.explain(cfg("llama-3.1-8b"), "--quant", "int8")
+        self.assertEqual(q["parameters"], bf["parameters"])
+        self.assertLess(q["weight_bytes"], bf["weight_bytes"])
+        self.assertGreater(q["quantized_linears"], 0)
+        self.assertEqual(q["run_config"]["quant"]["scheme"], "int8")
+        self.assertEqual(q["run_config"]["quant"]["origin"], "flag")
+
+    def test_quant_int8_keeps_embedding_and_norms(self):
+        bf = self.explain(cfg("llama-3.1-8b"))
+        q = self.explain(cfg("llama-3.1-8b"), "--quant", "int8")
+        for g in ("embedding", "norm"):
+            self.assertEqual(q["groups"][g], bf["groups"][g], g)
+        for g in ("attention", "mlp"):  # about one byte per parameter, plus scales
+            self.assertGreaterEqual(q["groups"][g]["bytes"], q["groups"][g]["parameters"])
+            self.assertLess(q["groups"][g]["bytes"], 1.01 * q["groups"][g]["parameters"])
+
+    def test_quant_int4_reduces_more_than_int8(self):
+        q8 = self.explain(cfg("llama-3.1-8b"), "--quant", "int8")
+        q4 = self.explain(cfg("llama-3.1-8b"), "--quant", "int4")
+        self.assertLess(q4["weight_bytes"], q8["weight_bytes"])
+
+    def test_explain_includes_trace_and_resolution(self):
+        j = self.explain(cfg("qwen3-8b"))
+        self.assertEqual([s["name"] for s in j["trace"]],
+                         ["architectures", "encoder-only", "eagle3", "model_impl", "lookup"])
+        self.assertEqual([s["step"] for s in j["trace"]], [1, 2, 3, 4, 5])
+        self.assertEqual(j["origin"], "builtin")
+
+    def test_explain_through_external_plugin(self):
+        d = self.plugin_dir("c", ["tp_beta"], [("model", "BetaForCausalLM", "libmodel_tp_beta.so")])
+        ext = self.explain(self.arch_model("BetaForCausalLM"), "--custom-module-dir", d)
+        ref = self.explain(cfg("smollm2-135m"))
+        self.assertEqual(ext["origin"], "external")
+        self.assertEqual(ext["parameters"], ref["parameters"])
+        self.assertEqual(ext["weight_bytes"], ref["weight_bytes"])
+        self.assertEqual(ext["kv_bytes_per_token"], ref["kv_bytes_per_token"])
+
+    def test_explain_text(self):
+        rc, out, err = cli("explain", cfg("llama-3.1-8b"))
+        self.assertEqual(rc, 0, err)
+        self.assertIn("memory plan", out)
+        self.assertIn("resolution trace", out)
+        for step in ("architectures", "encoder-only", "eagle3", "model_impl", "lookup"):
+            self.assertIn(step, out)
+        self.assertIn("8030261248", out)
+        self.assertIn("libmodel_llama.so", out)
+
+    def test_max_seq_len_flag_sets_kv_pool(self):
+        j = self.explain(cfg("llama-3.1-8b"), "--max-seq-len", "4096", "--max-batch-size", "2")
+        self.assertEqual(j["run_config"]["max_seq_len"]["value"], 4096)
+        self.assertEqual(j["run_config"]["max_batch_size"]["value"], 2)
+        self.assertEqual(j["kv_pool_tokens"], 4096 * 2)
+        self.assertEqual(j["kv_pool_bytes"], 4096 * 2 * 131072)
+
+
+# ---- 3. every error class ---------------------------------------------------------------------
+
+class TestErrorClasses(CliTestCase):
+
+    def test_usage_missing_model(self):
+        rc, out, err = cli("explain")
+        self.assertEqual(rc, 2)
+        self.assertIn("MODEL", err)
+
+    def test_usage_custom_dir_declared_twice(self):
+        d = self.plugin_dir("c", ["tp_alpha"], [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so")])
+        self.assert_error(cli("list", "--custom-module-dir", d, "--custom-module-dir", d),
+                          2, "usage", d)
+
+    def test_usage_empty_custom_dir(self):
+        self.assert_error(cli("list", "--custom-module-dir", ""), 2, "usage", "empty")
+
+    def test_usage_custom_dir_is_builtin_dir(self):
+        self.assert_error(cli("list", "--custom-module-dir", realpath(BUILTIN_PLUGINS)),
+                          2, "usage", "built-in")
+
+    def test_config_syntax_error_has_line_column(self):
+        self.assert_error(cli("resolve", cfg("bad/syntax-error")), 3, "config-error",
+                          re.compile(r"config\.json:\d+:\d+"))
+
+    def test_config_missing_architectures(self):
+        self.assert_error(cli("resolve", cfg("bad/missing-architectures")), 3, "config-error",
+                          "'architectures'", "missing-architectures")
+
+    def test_config_empty_architectures(self):
+        self.assert_error(cli("explain", cfg("bad/empty-architectures")), 3, "config-error",
+                          "'architectures'")
+
+    def test_unknown_architecture_did_you_mean(self):
+        m = self.arch_model("LlamaForCausalLm")
+        err = self.assert_error(cli("resolve", m), 4, "unknown-name", "'LlamaForCausalLm'",
+                                "did you mean 'LlamaForCausalLM'")
+        self.assertIn("Qwen3ForCausalLM", err)  # the known names are listed
+
+    def test_unknown_architecture_deepseek(self):
+        self.assert_error(cli("resolve", cfg("deepseek-v3")), 4, "unknown-name",
+                          "DeepseekV3ForCausalLM")
+
+    def test_module_file_missing(self):
+        d = self.plugin_dir("c", [], [("model", "GhostForCausalLM", "libmodel_ghost.so")])
+        self.assert_error(cli("resolve", self.arch_model("GhostForCausalLM"),
+                              "--custom-module-dir", d),
+                          5, "module-file-missing", os.path.join(d, "libmodel_ghost.so"),
+                          "GhostForCausalLM")
+
+    def test_load_failure_missing_dependency(self):
+        d = self.plugin_dir("c", ["tp_missingdep"],
+                            [("model", "DepForCausalLM", "libmodel_tp_missingdep.so")])
+        self.assert_error(cli("resolve", self.arch_model("DepForCausalLM"),
+                              "--custom-module-dir", d),
+                          6, "load-failure", os.path.join(d, "libmodel_tp_missingdep.so"),
+                          "DepForCausalLM", "cannot open shared object file")
+
+    def test_load_failure_undefined_symbol(self):
+        d = self.plugin_dir("c", ["tp_undef"], [("model", "UndefForCausalLM", "libmodel_tp_undef.so")])
+        self.assert_error(cli("resolve", self.arch_model("UndefForCausalLM"),
+                              "--custom-module-dir", d),
+                          6, "load-failure", os.path.join(d, "libmodel_tp_undef.so"),
+                          "undefined symbol", "lh_test_symbol_that_no_library_defines")
+
+    def test_load_failure_not_elf(self):
+        d = self.plugin_dir("c", [], [("model", "JunkForCausalLM", "libmodel_junk.so")])
+        junk = os.path.join(d, "libmodel_junk.so")
+        with open(junk, "w") as f:
+            f.write("this is not an ELF file, just some text pretending to be one\n" * 8)
+        os.chmod(junk, 0o755)
+        self.assert_error(cli("resolve", self.arch_model("JunkForCausalLM"),
+                              "--custom-module-dir", d),
+                          6, "load-failure", junk, "JunkForCausalLM")
+
+    def test_not_a_plugin_no_entry(self):
+        d = self.plugin_dir("c", ["tp_noentry"],
+                            [("model", "NoEntryForCausalLM", "libmodel_tp_noentry.so")])
+        self.assert_error(cli("resolve", self.arch_model("NoEntryForCausalLM"),
+                              "--custom-module-dir", d),
+                          7, "not-a-plugin", os.path.join(d, "libmodel_tp_noentry.so"),
+                          "lh_plugin_entry")
+
+    def test_not_a_plugin_bad_magic(self):
+        d = self.plugin_dir("c", ["tp_badmagic"],
+                            [("model", "MagicForCausalLM", "libmodel_tp_badmagic.so")])
+        self.assert_error(cli("resolve", self.arch_model("MagicForCausalLM"),
+                              "--custom-module-dir", d),
+                          7, "not-a-plugin", os.path.join(d, "libmodel_tp_badmagic.so"), "magic")
+
+    def test_abi_major_mismatch_shows_both_versions(self):
+        d = self.plugin_dir("c", ["tp_abi_major"],
+                            [("model", "AbiForCausalLM", "libmodel_tp_abi_major.so")])
+        self.assert_error(cli("resolve", self.arch_model("AbiForCausalLM"),
+                              "--custom-module-dir", d),
+                          8, "abi-mismatch", os.path.join(d, "libmodel_tp_abi_major.so"),
+                          "2.0", "1.0")
+
+    def test_abi_minor_too_new(self):
+        d = self.plugin_dir("c", ["tp_abi_minor"],
+                            [("model", "AbiForCausalLM", "libmodel_tp_abi_minor.so")])
+        self.assert_error(cli("resolve", self.arch_model("AbiForCausalLM"),
+                              "--custom-module-dir", d),
+                          8, "abi-mismatch", "1.99", "1.0")
+
+    def test_insecure_group_writable_plugin(self):
+        d = self.plugin_dir("c", ["tp_alpha"], [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so")],
+                            mode=0o775)
+        self.assert_error(cli("resolve", self.arch_model("AlphaForCausalLM"),
+                              "--custom-module-dir", d),
+                          9, "insecure-file", os.path.join(d, "libmodel_tp_alpha.so"),
+                          "group-writable", "AlphaForCausalLM")
+
+    def test_insecure_world_writable_plugin(self):
+        d = self.plugin_dir("c", ["tp_alpha"], [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so")],
+                            mode=0o757)
+        self.assert_error(cli("resolve", self.arch_model("AlphaForCausalLM"),
+                              "--custom-module-dir", d),
+                          9, "insecure-file", "world-writable")
+
+    def test_insecure_relative_custom_dir(self):
+        rel = os.path.relpath(self.plugin_dir("c", ["tp_alpha"],
+                                              [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so")]))
+        self.assert_error(cli("list", "--custom-module-dir", rel), 9, "insecure-file", rel,
+                          "relative")
+
+    def test_insecure_group_writable_custom_dir(self):
+        d = self.plugin_dir("c", ["tp_alpha"], [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so")])
+        os.chmod(d, 0o775)
+        self.assert_error(cli("list", "--custom-module-dir", d), 9, "insecure-file", d)
+
+    def test_insecure_foreign_owner(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to chown a plugin copy to another user")
+        d = self.plugin_dir("c", ["tp_alpha"], [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so")])
+        os.chown(os.path.join(d, "libmodel_tp_alpha.so"), 54321, 54321)
+        self.assert_error(cli("resolve", self.arch_model("AlphaForCausalLM"),
+                              "--custom-module-dir", d),
+                          9, "insecure-file", "54321")
+
+    def test_init_failure_carries_plugin_message(self):
+        d = self.plugin_dir("c", ["tp_initfail"],
+                            [("model", "FailForCausalLM", "libmodel_tp_initfail.so")])
+        self.assert_error(cli("resolve", self.arch_model("FailForCausalLM"),
+                              "--custom-module-dir", d),
+                          10, "init-failure", os.path.join(d, "libmodel_tp_initfail.so"),
+                          "deliberate init failure after registering", "FailForCausalLM")
+
+    def test_index_drift(self):
+        d = self.plugin_dir("c", ["tp_alpha"],
+                            [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so"),
+                             ("model", "PromisedForCausalLM", "libmodel_tp_alpha.so")])
+        self.assert_error(cli("resolve", self.arch_model("PromisedForCausalLM"),
+                              "--custom-module-dir", d),
+                          11, "index-drift", "PromisedForCausalLM", "libmodel_tp_alpha.so",
+                          os.path.join(d, "arch_index.tsv"))
+
+    def test_index_parse_error_duplicate_row(self):
+        d = self.plugin_dir("c", ["tp_alpha"],
+                            [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so"),
+                             ("model", "AlphaForCausalLM", "libmodel_tp_alpha.so")])
+        self.assert_error(cli("list", "--custom-module-dir", d), 12, "index-parse-error",
+                          os.path.join(d, "arch_index.tsv"), "4")
+
+    def test_index_parse_error_bad_header(self):
+        d = self.plugin_dir("c", ["tp_alpha"])
+        self.write_index(d, [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so")],
+                         header="#not-an-index\t7\n")
+        self.assert_error(cli("resolve", self.arch_model("AlphaForCausalLM"),
+                              "--custom-module-dir", d),
+                          12, "index-parse-error", os.path.join(d, "arch_index.tsv"))
+
+    def test_index_parse_error_wrong_column_count(self):
+        d = self.plugin_dir("c", ["tp_alpha"], ["model\tAlphaForCausalLM"])
+        self.assert_error(cli("list", "--custom-module-dir", d), 12, "index-parse-error",
+                          os.path.join(d, "arch_index.tsv"))
+
+    def test_index_parse_error_path_in_shared_object(self):
+        d = self.plugin_dir("c", ["tp_alpha"], [("model", "AlphaForCausalLM", "../libmodel_tp_alpha.so")])
+        self.assert_error(cli("list", "--custom-module-dir", d), 12, "index-parse-error",
+                          os.path.join(d, "arch_index.tsv"))
+
+    def test_io_error_model_missing(self):
+        missing = os.path.join(self.tmp, "no-such-model")
+        self.assert_error(cli("resolve", missing), 13, "io-error", missing)
+
+    def test_io_error_model_dir_without_config(self):
+        d = self.mkdir("empty-model")
+        self.assert_error(cli("explain", d), 13, "io-error", d)
+
+    def test_io_error_custom_dir_missing(self):
+        missing = os.path.join(self.tmp, "no-such-dir")
+        self.assert_error(cli("list", "--custom-module-dir", missing), 13, "io-error", missing)
+
+    def test_unsupported_required_target_refuses_float32(self):
+        d = self.plugin_dir("c", ["tp_target"], [("model", "TargetImpl", "libmodel_tp_target.so")])
+        self.assert_error(cli("resolve", cfg("llama-3.1-8b"), "--custom-module-dir", d,
+                              "--model-impl", "TargetImpl:require", "--dtype", "float32"),
+                          14, "unsupported", "TargetImpl", "LlamaForCausalLM",
+                          "float32 weights are not supported by this target")
+
+    def test_required_target_accepts_bfloat16(self):
+        d = self.plugin_dir("c", ["tp_target"], [("model", "TargetImpl", "libmodel_tp_target.so")])
+        j = self.ok_json("resolve", cfg("llama-3.1-8b"), "--json", "--custom-module-dir", d,
+                         "--model-impl", "TargetImpl:require", "--dtype", "bfloat16")
+        self.assertEqual(j["resolved_architecture"], "TargetImpl")
+        self.assertEqual(j["origin"], "external")
+        self.assertEqual(j["rewrites"], ["model_impl: LlamaForCausalLM -> TargetImpl"])
+
+    def test_auto_target_falls_back_to_builtin(self):
+        d = self.plugin_dir("c", ["tp_target"], [("model", "TargetImpl", "libmodel_tp_target.so")])
+        j = self.ok_json("resolve", cfg("llama-3.1-8b"), "--json", "--custom-module-dir", d,
+                         "--model-impl", "TargetImpl:auto", "--dtype", "float32")
+        self.assertEqual(j["resolved_architecture"], "LlamaForCausalLM")
+        self.assertEqual(j["origin"], "builtin")
+        self.assertIn("falling back", j["trace"][3]["decision"])
+
+
+# ---- 4. custom module dirs ----------------------------------------------------------------------
+
+class TestCustomDirs(CliTestCase):
+
+    def shared_dir(self, name, stem, other):
+        """An indexed dir whose plugin `stem` provides SharedForCausalLM and `other`."""
+        so = os.path.basename(tp(stem))
+        return self.plugin_dir(name, [stem], [("model", "SharedForCausalLM", so),
+                                              ("model", other, so)])
+
+    def test_indexed_dir_is_external(self):
+        d = self.shared_dir("c", "tp_alpha", "AlphaForCausalLM")
+        j = self.ok_json("resolve", self.arch_model("SharedForCausalLM"), "--json",
+                         "--custom-module-dir", d)
+        so = os.path.join(d, "libmodel_tp_alpha.so")
+        self.assertEqual(j["origin"], "external")
+        self.assertEqual(realpath(j["shared_object"]), realpath(so))
+        self.assertEqual([realpath(p) for p in j["loaded_plugins"]], [realpath(so)])
+
+    def test_indexed_dir_is_lazy(self):
+        d = self.shared_dir("c", "tp_alpha", "AlphaForCausalLM")
+        j = self.ok_json("list", "--json", "--custom-module-dir", d)
+        self.assertEqual(j["loaded_plugins"], [])
+        ext = [i for i in j["indexes"] if i["origin"] == "external"]
+        self.assertEqual(len(ext), 1)
+        self.assertEqual({r["name"] for r in ext[0]["rows"]}, {"SharedForCausalLM", "AlphaForCausalLM"})
+
+    def test_first_dir_on_command_line_wins(self):
+        a = self.shared_dir("a", "tp_beta", "BetaForCausalLM")
+        b = self.shared_dir("b", "tp_gamma", "GammaForCausalLM")
+        m = self.arch_model("SharedForCausalLM")
+        j = self.ok_json("resolve", m, "--json", "--custom-module-dir", a, "--custom-module-dir", b)
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(a, "libmodel_tp_beta.so")))
+        j = self.ok_json("resolve", m, "--json", "--custom-module-dir", b, "--custom-module-dir", a)
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(b, "libmodel_tp_gamma.so")))
+
+    def test_second_dir_still_serves_its_own_names(self):
+        a = self.shared_dir("a", "tp_beta", "BetaForCausalLM")
+        b = self.shared_dir("b", "tp_gamma", "GammaForCausalLM")
+        j = self.ok_json("resolve", self.arch_model("GammaForCausalLM"), "--json",
+                         "--custom-module-dir", a, "--custom-module-dir", b)
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(b, "libmodel_tp_gamma.so")))
+        self.assertEqual(j["origin"], "external")
+
+    def test_indexed_and_eager_dirs_keep_declaration_order(self):
+        a = self.shared_dir("a", "tp_beta", "BetaForCausalLM")   # indexed
+        b = self.plugin_dir("b", ["tp_gamma"])                    # eager
+        m = self.arch_model("SharedForCausalLM")
+        j = self.ok_json("resolve", m, "--json", "--custom-module-dir", a, "--custom-module-dir", b)
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(a, "libmodel_tp_beta.so")))
+        j = self.ok_json("resolve", m, "--json", "--custom-module-dir", b, "--custom-module-dir", a)
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(b, "libmodel_tp_gamma.so")))
+
+    def test_env_dirs_colon_separated(self):
+        a = self.shared_dir("a", "tp_beta", "BetaForCausalLM")
+        b = self.shared_dir("b", "tp_gamma", "GammaForCausalLM")
+        m = self.arch_model("SharedForCausalLM")
+        j = self.ok_json("resolve", m, "--json", env=base_env(LLMHOST_CUSTOM_MODULE_DIRS=a + ":" + b))
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(a, "libmodel_tp_beta.so")))
+        j = self.ok_json("resolve", m, "--json", env=base_env(LLMHOST_CUSTOM_MODULE_DIRS=b + ":" + a))
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(b, "libmodel_tp_gamma.so")))
+        # both env dirs are declared, in order
+        j = self.ok_json("list", "--json", env=base_env(LLMHOST_CUSTOM_MODULE_DIRS=a + ":" + b))
+        self.assertEqual([realpath(x["path"]) for x in j["custom_module_dirs"]], [realpath(a), realpath(b)])
+
+    def test_flag_dirs_come_before_env_dirs(self):
+        a = self.shared_dir("a", "tp_beta", "BetaForCausalLM")
+        b = self.shared_dir("b", "tp_gamma", "GammaForCausalLM")
+        c = self.shared_dir("c", "tp_alpha", "AlphaForCausalLM")
+        env = base_env(LLMHOST_CUSTOM_MODULE_DIRS=a + ":" + b)
+        j = self.ok_json("resolve", self.arch_model("SharedForCausalLM"), "--json",
+                         "--custom-module-dir", c, env=env)
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(c, "libmodel_tp_alpha.so")))
+        j = self.ok_json("list", "--json", "--custom-module-dir", c, env=env)
+        self.assertEqual([realpath(x["path"]) for x in j["custom_module_dirs"]],
+                         [realpath(c), realpath(a), realpath(b)])
+
+    def test_env_dir_errors_name_the_variable(self):
+        self.assert_error(cli("list", env=base_env(LLMHOST_CUSTOM_MODULE_DIRS="relative/dir")),
+                          9, "insecure-file", "LLMHOST_CUSTOM_MODULE_DIRS", "relative/dir")
+
+    def test_builtin_still_serves_names_a_custom_dir_lacks(self):
+        d = self.shared_dir("c", "tp_alpha", "AlphaForCausalLM")
+        j = self.ok_json("resolve", cfg("llama-3.1-8b"), "--json", "--custom-module-dir", d)
+        self.assertEqual(j["origin"], "builtin")
+        self.assertTrue(j["shared_object"].endswith("/libmodel_llama.so"), j["shared_object"])
+        # the custom dir is indexed, so its plugin was not loaded
+        self.assertEqual(j["loaded_plugins"], [j["shared_object"]])
+
+    def test_eager_dir_without_index(self):
+        d = self.plugin_dir("c", ["tp_beta", "tp_alpha"])  # no arch_index.tsv
+        j = self.ok_json("resolve", self.arch_model("SharedForCausalLM"), "--json",
+                         "--custom-module-dir", d)
+        # loaded eagerly in sorted order: tp_alpha < tp_beta, so alpha owns the shared name
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(d, "libmodel_tp_alpha.so")))
+        self.assertEqual(j["origin"], "external")
+        self.assertEqual(sorted(realpath(p) for p in j["loaded_plugins"]),
+                         sorted(realpath(os.path.join(d, f)) for f in
+                                ("libmodel_tp_alpha.so", "libmodel_tp_beta.so")))
+
+    def test_eager_dir_listed(self):
+        d = self.plugin_dir("c", ["tp_alpha"])
+        rc, out, err = cli("list", "--custom-module-dir", d)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("AlphaForCausalLM", out)
+        self.assertIn("external", out)
+
+    def test_eagle3_draft_resolves_through_custom_dir(self):
+        d = self.plugin_dir("c", ["tp_target"],
+                            [("model", "EAGLE3LlamaForCausalLM", "libmodel_tp_target.so")])
+        m = self.model_dir("eagle", architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=32000)
+        j = self.ok_json("resolve", m, "--json", "--custom-module-dir", d)
+        self.assertEqual(j["resolved_architecture"], "EAGLE3LlamaForCausalLM")
+        self.assertEqual(j["rewrites"], ["eagle3: LlamaForCausalLMEagle3 -> EAGLE3LlamaForCausalLM"])
+        self.assertEqual(j["origin"], "external")
+
+    def test_conflict_between_eager_dirs_logged_with_both_names(self):
+        a = self.plugin_dir("a", ["tp_beta"])   # no index: both load at declaration
+        b = self.plugin_dir("b", ["tp_gamma"])
+        rc, out, err = cli("resolve", self.arch_model("SharedForCausalLM"), "--json",
+                           "--custom-module-dir", a, "--custom-module-dir", b, "--log-level", "info")
+        self.assertEqual(rc, 0, err)
+        j = json.loads(out)
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(a, "libmodel_tp_beta.so")))
+        line = [l for l in err.splitlines() if "SharedForCausalLM" in l and "keeping" in l]
+        self.assertEqual(len(line), 1, err)
+        self.assertIn(os.path.join(a, "libmodel_tp_beta.so"), line[0])
+        self.assertIn(os.path.join(b, "libmodel_tp_gamma.so"), line[0])
+
+    def test_builtin_registration_kept_out_and_logged(self):
+        b = self.plugin_dir("plugins", ["tp_alpha"],
+                            [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so"),
+                             ("model", "SharedForCausalLM", "libmodel_tp_alpha.so")])
+        c = self.plugin_dir("custom", ["tp_gamma"])  # eager: gamma takes SharedForCausalLM
+        env = base_env(LLMHOST_PLUGIN_DIR=b)
+        rc, out, err = cli("resolve", self.arch_model("AlphaForCausalLM"), "--json",
+                           "--custom-module-dir", c, "--log-level", "info", env=env)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(json.loads(out)["origin"], "builtin")
+        self.assertRegex(err, r"keeping \S*libmodel_tp_gamma\.so for model 'SharedForCausalLM'; "
+                              r"built-in \S*libmodel_tp_alpha\.so not registered")
+        j = self.ok_json("resolve", self.arch_model("SharedForCausalLM"), "--json",
+                         "--custom-module-dir", c, env=env)
+        self.assertEqual(j["origin"], "external")
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(c, "libmodel_tp_gamma.so")))
+
+    def test_mm_encoder_only_uses_vision_registry(self):
+        d = self.plugin_dir("c", ["tp_target"],
+                            [("vision_encoder", "AlphaVisionModel", "libmodel_tp_target.so")])
+        m = self.arch_model("AlphaVisionModel")
+        j = self.ok_json("resolve", m, "--json", "--custom-module-dir", d, "--mm-encoder-only")
+        self.assertEqual(j["kind"], "vision_encoder")
+        self.assertEqual(j["resolved_architecture"], "AlphaVisionModel")
+        self.assertEqual(j["origin"], "external")
+        # without the flag the same name is looked up as a model, and no index has it
+        self.assert_error(cli("resolve", m, "--custom-module-dir", d), 4, "unknown-name",
+                          "AlphaVisionModel")
+
+    def test_allow_insecure_plugins_loads_and_warns(self):
+        d = self.plugin_dir("c", ["tp_alpha"], [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so")],
+                            mode=0o775)
+        rc, out, err = cli("resolve", self.arch_model("AlphaForCausalLM"), "--json",
+                           "--custom-module-dir", d, "--allow-insecure-plugins")
+        self.assertEqual(rc, 0, err)
+        j = json.loads(out)
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(d, "libmodel_tp_alpha.so")))
+        self.assertIn("warn", err)
+        self.assertIn("allow-insecure-plugins", err)
+        self.assertIn(os.path.join(d, "libmodel_tp_alpha.so"), err)
+
+    def test_plugin_dir_env_replaces_builtin_dir(self):
+        d = self.plugin_dir("plugins", ["tp_alpha"],
+                            [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so"),
+                             ("model", "SharedForCausalLM", "libmodel_tp_alpha.so")])
+        env = base_env(LLMHOST_PLUGIN_DIR=d)
+        j = self.ok_json("resolve", self.arch_model("AlphaForCausalLM"), "--json", env=env)
+        self.assertEqual(j["origin"], "builtin")
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(d, "libmodel_tp_alpha.so")))
+        j = self.ok_json("list", "--json", env=env)
+        self.assertEqual(realpath(j["builtin_dir"]), realpath(d))
+        # the real built-in dir is not consulted any more
+        self.assert_error(cli("resolve", cfg("llama-3.1-8b"), env=env), 4, "unknown-name",
+                          "LlamaForCausalLM")
+
+    def test_plugin_dir_env_missing_is_io_error(self):
+        missing = os.path.join(self.tmp, "nowhere")
+        self.assert_error(cli("list", env=base_env(LLMHOST_PLUGIN_DIR=missing)), 13, "io-error",
+                          "LLMHOST_PLUGIN_DIR")
+
+    def test_builtin_vs_custom_decided_by_whole_path_component(self):
+        # built-in dir .../plugins, custom dir .../plugins_custom: a string-prefix test would
+        # call the custom plugin built-in.
+        b = self.plugin_dir("plugins", ["tp_beta"],
+                            [("model", "BetaForCausalLM", "libmodel_tp_beta.so"),
+                             ("model", "SharedForCausalLM", "libmodel_tp_beta.so")])
+        c = self.shared_dir("plugins_custom", "tp_alpha", "AlphaForCausalLM")
+        j = self.ok_json("resolve", self.arch_model("SharedForCausalLM"), "--json",
+                         "--custom-module-dir", c, env=base_env(LLMHOST_PLUGIN_DIR=b))
+        self.assertEqual(j["origin"], "external")
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(c, "libmodel_tp_alpha.so")))
+
+    def test_custom_dir_beats_builtin_for_same_name(self):
+        b = self.plugin_dir("plugins", ["tp_beta"],
+                            [("model", "BetaForCausalLM", "libmodel_tp_beta.so"),
+                             ("model", "SharedForCausalLM", "libmodel_tp_beta.so")])
+        c = self.shared_dir("custom", "tp_gamma", "GammaForCausalLM")
+        env = base_env(LLMHOST_PLUGIN_DIR=b)
+        j = self.ok_json("resolve", self.arch_model("SharedForCausalLM"), "--json",
+                         "--custom-module-dir", c, env=env)
+        self.assertEqual(j["origin"], "external")
+        self.assertEqual(realpath(j["shared_object"]), realpath(os.path.join(c, "libmodel_tp_gamma.so")))
+
+
+# ---- 5. run config ------------------------------------------------------------------------------
+
+class TestRunConfig(CliTestCase):
+
+    def test_yaml_float32(self):
+        j = self.ok_json("explain", cfg("llama-3.1-8b"), "--json",
+                         "--config", os.path.join(DATA, "float32.yaml"))
+        self.assertEqual(j["weight_bytes"], 4 * PUBLISHED["llama-3.1-8b"])
+        self.assertEqual(j["run_config"]["dtype"]["value"], "float32")
+        self.assertRegex(j["run_config"]["dtype"]["origin"], r"float32\.yaml:\d+:\d+$")
+
+    def test_flag_overrides_yaml(self):
+        j = self.ok_json("explain", cfg("llama-3.1-8b"), "--json",
+                         "--config", os.path.join(DATA, "float32.yaml"), "--dtype", "bfloat16")
+        self.assertEqual(j["run_config"]["dtype"]["value"], "bfloat16")
+        self.assertEqual(j["run_config"]["dtype"]["origin"], "flag")
+        self.assertEqual(j["weight_bytes"], 2 * PUBLISHED["llama-3.1-8b"])
+        # a key the flag did not touch keeps its YAML origin
+        self.assertEqual(j["run_config"]["max_seq_len"]["value"], 2048)
+        self.assertRegex(j["run_config"]["max_seq_len"]["origin"], r"float32\.yaml:\d+:\d+$")
+
+    def test_unknown_yaml_key_did_you_mean(self):
+        y = os.path.join(DATA, "unknown-key.yaml")
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--config", y), 3, "config-error",
+                          "did you mean 'dtype'", "dtyp", re.compile(r"unknown-key\.yaml:2:\d+"))
+
+    def test_bad_yaml_value(self):
+        y = self.write("bad.yaml", "dtype: float64\n")
+        self.assert_error(cli("resolve", cfg("llama-3.1-8b"), "--config", y), 3, "config-error",
+                          "bad.yaml:1:")
+
+    def test_bad_flag_values_are_usage_errors(self):
+        for flag, value in (("--dtype", "float64"), ("--max-seq-len", "abc"),
+                            ("--max-batch-size", "0"), ("--quant", "int3"),
+                            ("--model-impl", "TargetImpl:sometimes")):
+            with self.subTest(flag=flag):
+                self.assert_error(cli("resolve", cfg("llama-3.1-8b"), flag, value), 2, "usage",
+                                  value.split(":")[-1])
+
+    def test_yaml_syntax_error_has_line_column(self):
+        y = self.write("broken.yaml", "dtype: [float32\nmax_seq_len: 4\n")
+        self.assert_error(cli("resolve", cfg("llama-3.1-8b"), "--config", y), 3, "config-error",
+                          re.compile(r"broken\.yaml:\d+:\d+"))
+
+    def test_yaml_duplicate_key(self):
+        y = self.write("dup.yaml", "dtype: float32\ndtype: bfloat16\n")
+        self.assert_error(cli("resolve", cfg("llama-3.1-8b"), "--config", y), 3, "config-error",
+                          "dup.yaml:2:", "dtype")
+
+    def test_missing_yaml_file_is_io_error(self):
+        missing = os.path.join(self.tmp, "nope.yaml")
+        self.assert_error(cli("resolve", cfg("llama-3.1-8b"), "--config", missing), 13,
+                          "io-error", missing)
+
+    def test_run_config_validated_before_any_plugin_loads(self):
+        d = self.plugin_dir("eager", ["tp_initfail"])  # no index: loaded at declaration
+        y = os.path.join(DATA, "unknown-key.yaml")
+        self.assert_error(cli("resolve", cfg("llama-3.1-8b"), "--custom-module-dir", d,
+                              "--config", y), 3, "config-error", "did you mean")
+        # also for the flag-only path and through the environment
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--config", y,
+                              env=base_env(LLMHOST_CUSTOM_MODULE_DIRS=d)), 3, "config-error")
+
+    def test_eager_init_failure_with_valid_run_config(self):
+        # the control experiment for the test above: a valid run config reaches the loader
+        d = self.plugin_dir("eager", ["tp_initfail"])
+        self.assert_error(cli("resolve", cfg("llama-3.1-8b"), "--custom-module-dir", d,
+                              "--config", os.path.join(DATA, "float32.yaml")),
+                          10, "init-failure", "deliberate init failure after registering",
+                          os.path.join(d, "libmodel_tp_initfail.so"))
+
+    def test_model_impl_from_yaml(self):
+        d = self.plugin_dir("c", ["tp_target"], [("model", "TargetImpl", "libmodel_tp_target.so")])
+        y = self.write("impl.yaml", "model_impl:\n  target: TargetImpl\n  mode: require\n"
+                                    "dtype: float32\n")
+        err = self.assert_error(cli("resolve", cfg("llama-3.1-8b"), "--custom-module-dir", d,
+                                    "--config", y), 14, "unsupported", "TargetImpl")
+        self.assertIn("impl.yaml:", err)  # the origin of the setting is named
+
+    def test_model_impl_off_flag(self):
+        d = self.plugin_dir("c", ["tp_target"], [("model", "TargetImpl", "libmodel_tp_target.so")])
+        y = self.write("impl.yaml", "model_impl:\n  target: TargetImpl\n  mode: require\n")
+        j = self.ok_json("resolve", cfg("llama-3.1-8b"), "--json", "--custom-module-dir", d,
+                         "--config", y, "--model-impl", "off")
+        self.assertEqual(j["resolved_architecture"], "LlamaForCausalLM")
+        self.assertEqual(j["origin"], "builtin")
+
+    def test_shared_fixture_full_yaml(self):
+        full = os.path.join(FIXTURES, "run_configs", "full.yaml")
+        if not os.path.exists(full):
+            self.skipTest("tests/fixtures/run_configs/full.yaml not present")
+        # the run config with every key validates; what happens next (its model_impl target
+        # may be in no index) is not this test's business
+        rc, out, err = cli("resolve", cfg("llama-3.1-8b"), "--config", full)
+        self.assertNotIn("[config-error]", err)
+        self.assertNotIn("[usage]", err)
+        self.assertNotIn(rc, (1, 2, 3), err)
+
+
+# ---- runner -------------------------------------------------------------------------------------
+
+def main():
+    missing = [n for n, v in (("LH_LLMHOST_EXE", EXE), ("LH_FIXTURES", FIXTURES),
+                              ("LH_TEST_PLUGINS", TEST_PLUGINS),
+                              ("LH_BUILTIN_PLUGINS", BUILTIN_PLUGINS)) if not v]
+    if missing:
+        print("test_cli.py: environment lacks " + ", ".join(missing), file=sys.stderr)
+        print("LH-TEST-SUMMARY passed=0 failed=1 skipped=0")
+        return 1
+    argv = [sys.argv[0]] + sys.argv[1:]
+    prog = unittest.main(module=__name__, argv=argv, exit=False, verbosity=2)
+    r = prog.result
+    # a test case with several failing subTests counts once
+    failed_ids = {getattr(t, "test_case", t).id() for t, _ in r.failures + r.errors}
+    failed_ids |= {t.id() for t in r.unexpectedSuccesses}
+    skipped_ids = {t.id() for t, _ in r.skipped} - failed_ids
+    failed, skipped = len(failed_ids), len(skipped_ids)
+    passed = r.testsRun - failed - skipped
+    sys.stdout.flush()
+    print("LH-TEST-SUMMARY passed=%d failed=%d skipped=%d" % (passed, failed, skipped))
+    return 0 if failed == 0 and r.testsRun > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

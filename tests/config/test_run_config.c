@@ -1,0 +1,787 @@
+/* YAML run config: values and origins, every error class, CLI overrides, the validator. */
+#include "config/run_config.h"
+#include "runner.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *rc_path(const char *name, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/run_configs/%s", lh_test_env("LH_FIXTURES"), name);
+    return buf;
+}
+
+static void check_msg(const lh_err *err, const char *const *subs, const char *what)
+{
+    for (size_t i = 0; subs && subs[i]; i++) {
+        if (!strstr(err->msg, subs[i]))
+            fprintf(stderr, "\n  %s: message '%s' lacks '%s'\n", what, err->msg, subs[i]);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err->msg, subs[i]));
+    }
+}
+
+/* Loads run_configs/NAME into a fresh rc; expects `code` and the substrings. */
+static void expect_file(const char *name, lh_status code, const char *const *subs)
+{
+    char p[PATH_MAX];
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    lh_err err = {0};
+    lh_status st = lh_run_config_load_file(&rc, rc_path(name, p, sizeof p), &err);
+    if (st != code)
+        fprintf(stderr, "\n  %s: status %d, message: %s\n", name, (int)st, err.msg);
+    CU_ASSERT_EQUAL(st, code);
+    CU_ASSERT_EQUAL(err.code, code);
+    check_msg(&err, subs, name);
+    if (code != LH_OK) {
+        /* every message carries the file name */
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, name));
+    }
+    lh_run_config_free(&rc);
+}
+
+#define EXPECT_FILE(name, code, ...)                                                           \
+    do {                                                                                       \
+        const char *const subs_[] = {__VA_ARGS__, NULL};                                       \
+        expect_file((name), (code), subs_);                                                    \
+    } while (0)
+
+static void expect_string(const char *yaml, lh_status code, const char *const *subs)
+{
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    lh_err err = {0};
+    lh_status st = lh_run_config_load_string(&rc, yaml, "inline.yaml", &err);
+    if (st != code)
+        fprintf(stderr, "\n  for:\n%s\n  status %d, message: %s\n", yaml, (int)st, err.msg);
+    CU_ASSERT_EQUAL(st, code);
+    check_msg(&err, subs, yaml);
+    lh_run_config_free(&rc);
+}
+
+#define EXPECT_STR(yaml, code, ...)                                                            \
+    do {                                                                                       \
+        const char *const subs_[] = {__VA_ARGS__, NULL};                                       \
+        expect_string((yaml), (code), subs_);                                                  \
+    } while (0)
+
+static void expect_set(lh_run_config *rc, const char *kv, lh_status code,
+                       const char *const *subs)
+{
+    lh_err err = {0};
+    lh_status st = lh_run_config_set(rc, kv, &err);
+    if (st != code)
+        fprintf(stderr, "\n  set %s: status %d, message: %s\n", kv, (int)st, err.msg);
+    CU_ASSERT_EQUAL(st, code);
+    check_msg(&err, subs, kv);
+}
+
+#define EXPECT_SET(rc, kv, code, ...)                                                          \
+    do {                                                                                       \
+        const char *const subs_[] = {__VA_ARGS__, NULL};                                       \
+        expect_set((rc), (kv), (code), subs_);                                                 \
+    } while (0)
+
+static void origin_is(const lh_run_config *rc, lh_value_origin o, const char *want)
+{
+    char buf[PATH_MAX + 64];
+    const char *s = lh_value_origin_str(rc, o, buf, sizeof buf);
+    if (!strstr(s, want))
+        fprintf(stderr, "\n  origin '%s' lacks '%s'\n", s, want);
+    CU_ASSERT_PTR_NOT_NULL(strstr(s, want));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void test_defaults(void)
+{
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_PTR_NULL(rc.source);
+    CU_ASSERT_FALSE(rc.mm_encoder_only);
+    CU_ASSERT_PTR_NULL(rc.model_impl_target);
+    CU_ASSERT_EQUAL(rc.model_impl_mode, LH_IMPL_OFF);
+    CU_ASSERT_EQUAL(rc.dtype, LH_DTYPE_INVALID);
+    CU_ASSERT_EQUAL(rc.max_seq_len, 0);
+    CU_ASSERT_EQUAL(rc.max_batch_size, 1);
+    CU_ASSERT_EQUAL(rc.quant.scheme, LH_QUANT_NONE);
+    CU_ASSERT_EQUAL(rc.quant.group_size, 128);
+    CU_ASSERT_EQUAL(rc.quant.n_rules, 0);
+    CU_ASSERT_EQUAL(rc.quant.n_exclude, 0);
+    CU_ASSERT_EQUAL(rc.dtype_origin.kind, LH_ORIGIN_DEFAULT);
+    origin_is(&rc, rc.max_batch_size_origin, "default");
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, NULL), LH_OK);
+
+    json_t *j = lh_run_config_to_json(&rc);
+    CU_ASSERT_PTR_NOT_NULL(j);
+    if (j) {
+        CU_ASSERT_TRUE(json_is_null(json_object_get(j, "source")));
+        json_t *d = json_object_get(j, "dtype");
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(d, "value")), "auto");
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(d, "origin")), "default");
+        json_t *mi = json_object_get(j, "model_impl");
+        CU_ASSERT_TRUE(json_is_null(json_object_get(mi, "target")));
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(mi, "mode")), "off");
+        json_t *q = json_object_get(j, "quant");
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(q, "scheme")), "none");
+        CU_ASSERT_EQUAL(json_integer_value(json_object_get(q, "group_size")), 128);
+        CU_ASSERT_EQUAL(json_array_size(json_object_get(q, "rules")), 0);
+        json_decref(j);
+    }
+    lh_run_config_free(&rc);
+}
+
+static void test_full_file(void)
+{
+    char p[PATH_MAX];
+    rc_path("full.yaml", p, sizeof p);
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    lh_err err = {0};
+    lh_status st = lh_run_config_load_file(&rc, p, &err);
+    if (st)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, LH_OK);
+    CU_ASSERT_STRING_EQUAL(rc.source, p);
+    CU_ASSERT_FALSE(rc.mm_encoder_only);
+    CU_ASSERT_EQUAL(rc.mm_encoder_only_origin.kind, LH_ORIGIN_YAML);
+    CU_ASSERT_EQUAL(rc.mm_encoder_only_origin.line, 2);
+    CU_ASSERT_EQUAL(rc.mm_encoder_only_origin.column, 18);
+    CU_ASSERT_STRING_EQUAL(rc.model_impl_target, "transformers");
+    CU_ASSERT_EQUAL(rc.model_impl_mode, LH_IMPL_REQUIRE);
+    CU_ASSERT_EQUAL(rc.model_impl_origin.line, 4);
+    CU_ASSERT_EQUAL(rc.model_impl_origin.column, 11);
+    CU_ASSERT_EQUAL(rc.dtype, LH_DTYPE_BF16);
+    CU_ASSERT_EQUAL(rc.dtype_origin.line, 6);
+    CU_ASSERT_EQUAL(rc.dtype_origin.column, 8);
+    CU_ASSERT_EQUAL(rc.max_seq_len, 8192);
+    CU_ASSERT_EQUAL(rc.max_seq_len_origin.line, 7);
+    CU_ASSERT_EQUAL(rc.max_batch_size, 4);
+    CU_ASSERT_EQUAL(rc.max_batch_size_origin.line, 8);
+    CU_ASSERT_EQUAL(rc.quant.scheme, LH_QUANT_INT4);
+    CU_ASSERT_EQUAL(rc.quant.group_size, 64);
+    CU_ASSERT_EQUAL(rc.quant.origin.line, 10);
+    CU_ASSERT_EQUAL_FATAL(rc.quant.n_rules, 3);
+    CU_ASSERT_STRING_EQUAL(rc.quant.rules[0].pattern, "model.layers.*.mlp.*");
+    CU_ASSERT_EQUAL(rc.quant.rules[0].scheme, LH_QUANT_INT8);
+    CU_ASSERT_EQUAL(rc.quant.rules[0].origin.kind, LH_ORIGIN_YAML);
+    CU_ASSERT_EQUAL(rc.quant.rules[0].origin.line, 13);
+    CU_ASSERT_EQUAL(rc.quant.rules[0].origin.column, 7);
+    CU_ASSERT_STRING_EQUAL(rc.quant.rules[1].pattern, "model.layers.0.*");
+    CU_ASSERT_EQUAL(rc.quant.rules[1].scheme, LH_QUANT_NONE);
+    CU_ASSERT_STRING_EQUAL(rc.quant.rules[2].pattern, "*.self_attn.o_proj");
+    CU_ASSERT_EQUAL(rc.quant.rules[2].scheme, LH_QUANT_INT4);
+    CU_ASSERT_EQUAL(rc.quant.rules[2].group_size, 32);
+    CU_ASSERT_EQUAL(rc.quant.rules[0].group_size, 64); /* inherits quant.group_size */
+    CU_ASSERT_EQUAL_FATAL(rc.quant.n_exclude, 2);
+    CU_ASSERT_STRING_EQUAL(rc.quant.exclude_modules[0], "lm_head");
+    CU_ASSERT_STRING_EQUAL(rc.quant.exclude_modules[1], "model.embed_tokens");
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_OK);
+
+    char want[PATH_MAX + 32];
+    snprintf(want, sizeof want, "%s:6:8", p);
+    origin_is(&rc, rc.dtype_origin, want);
+
+    json_t *j = lh_run_config_to_json(&rc);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "source")), p);
+    json_t *d = json_object_get(j, "dtype");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(d, "value")), "bfloat16");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(d, "origin")), want);
+    json_t *mi = json_object_get(j, "model_impl");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(mi, "target")), "transformers");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(mi, "mode")), "require");
+    json_t *ms = json_object_get(j, "max_seq_len");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(ms, "value")), 8192);
+    json_t *me = json_object_get(j, "mm_encoder_only");
+    CU_ASSERT_TRUE(json_is_false(json_object_get(me, "value")));
+    json_t *q = json_object_get(j, "quant");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(q, "scheme")), "int4");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(q, "group_size")), 64);
+    json_t *rules = json_object_get(q, "rules");
+    CU_ASSERT_EQUAL(json_array_size(rules), 3);
+    json_t *r2 = json_array_get(rules, 2);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(r2, "pattern")),
+                           "*.self_attn.o_proj");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(r2, "scheme")), "int4");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(r2, "group_size")), 32);
+    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(r2, "origin")), ":17:7"));
+    json_t *ex = json_object_get(q, "exclude_modules");
+    CU_ASSERT_EQUAL(json_array_size(ex), 2);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(ex, 1)), "model.embed_tokens");
+    json_decref(j);
+    lh_run_config_free(&rc);
+    /* free leaves the struct in its initial state: free again and re-init are both fine */
+    CU_ASSERT_PTR_NULL(rc.source);
+    CU_ASSERT_EQUAL(rc.quant.n_rules, 0);
+    lh_run_config_free(&rc);
+    lh_run_config_init(&rc);
+    lh_run_config_free(&rc);
+}
+
+static void test_empty_files(void)
+{
+    EXPECT_FILE("empty.yaml", LH_OK, NULL);
+    EXPECT_FILE("comments-only.yaml", LH_OK, NULL);
+    EXPECT_STR("---\n", LH_OK, NULL);
+    EXPECT_STR("", LH_OK, NULL);
+    /* an empty file leaves what was there */
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "dtype=float16", NULL), LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "", NULL, NULL), LH_OK);
+    CU_ASSERT_EQUAL(rc.dtype, LH_DTYPE_F16);
+    CU_ASSERT_STRING_EQUAL(rc.source, "<string>");
+    lh_run_config_free(&rc);
+}
+
+static void test_io_error(void)
+{
+    char p[PATH_MAX];
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    lh_err err = {0};
+    CU_ASSERT_EQUAL(lh_run_config_load_file(&rc, rc_path("nope.yaml", p, sizeof p), &err),
+                    LH_E_IO);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "nope.yaml"));
+    CU_ASSERT_EQUAL(lh_run_config_load_file(&rc, NULL, &err), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, NULL, "x", &err), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_run_config_validate(NULL, &err), LH_E_USAGE);
+    lh_run_config_free(&rc);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* error classes, from fixtures */
+
+static void test_unknown_keys(void)
+{
+    EXPECT_FILE("unknown-key.yaml", LH_E_CONFIG, "unknown-key.yaml:2:1: unknown key 'dtyp'",
+                "(did you mean 'dtype'?)", "known keys: mm_encoder_only, model_impl, dtype, "
+                                           "max_seq_len, max_batch_size, quant");
+    EXPECT_FILE("unknown-nested-key.yaml", LH_E_CONFIG,
+                ":3:3: unknown key 'exclude_module' in quant",
+                "(did you mean 'exclude_modules'?)", "known keys: scheme, group_size, rules, "
+                                                     "exclude_modules");
+    EXPECT_FILE("unknown-rule-key.yaml", LH_E_CONFIG,
+                ":5:7: unknown key 'schema' in quant.rules[0]", "did you mean 'scheme'?",
+                "known keys: pattern, scheme, group_size");
+    /* no suggestion when nothing is close */
+    EXPECT_STR("completely_different: 1\n", LH_E_CONFIG,
+               "inline.yaml:1:1: unknown key 'completely_different'; known keys:");
+    EXPECT_STR("model_impl:\n  taget: x\n", LH_E_CONFIG, ":2:3: unknown key 'taget' in model_impl",
+               "did you mean 'target'?");
+}
+
+static void test_duplicate_key(void)
+{
+    EXPECT_FILE("duplicate-key.yaml", LH_E_CONFIG, "duplicate-key.yaml:3:1: duplicate key 'dtype'",
+                "first given at 1:1");
+    EXPECT_STR("quant:\n  scheme: int8\n  scheme: fp8\n", LH_E_CONFIG, ":3:3: duplicate key "
+                                                                      "'scheme'",
+               "first given at 2:3");
+}
+
+static void test_syntax_errors(void)
+{
+    EXPECT_FILE("syntax-error.yaml", LH_E_CONFIG, "syntax-error.yaml:4:",
+                "YAML syntax error", "flow sequence");
+    EXPECT_FILE("tab-indent.yaml", LH_E_CONFIG, "tab-indent.yaml:2:", "YAML syntax error");
+    EXPECT_FILE("invalid-utf8.yaml", LH_E_CONFIG, "invalid-utf8.yaml:1:11:", "YAML syntax error",
+                "UTF-8");
+    EXPECT_STR("a: [1, 2\n", LH_E_CONFIG, "inline.yaml:", "YAML syntax error");
+    EXPECT_STR("key: 'unterminated\n", LH_E_CONFIG, "YAML syntax error", "quoted scalar");
+}
+
+static void test_structure_errors(void)
+{
+    EXPECT_FILE("root-scalar.yaml", LH_E_CONFIG, "root-scalar.yaml:1:1:", "must be a mapping",
+                "just a string");
+    EXPECT_FILE("root-sequence.yaml", LH_E_CONFIG, ":1:1:", "must be a mapping", "a sequence");
+    EXPECT_FILE("alias.yaml", LH_E_CONFIG, "alias.yaml:4:7:", "anchors", "not supported");
+    EXPECT_STR("dtype: &x bfloat16\n", LH_E_CONFIG, ":1:8:", "anchors (&x)");
+    EXPECT_STR("a: &x 1\nb: *x\n", LH_E_CONFIG, ":1:4:", "anchors");
+    EXPECT_FILE("multi-doc.yaml", LH_E_CONFIG, "multi-doc.yaml:2:1:", "more than one YAML document");
+    EXPECT_FILE("bad-tag.yaml", LH_E_CONFIG, "bad-tag.yaml:1:8:", "tag '!custom'");
+    EXPECT_STR("? [a, b]\n: 1\n", LH_E_CONFIG, ":1:3:", "mapping key must be a plain scalar");
+    EXPECT_FILE("non-scalar.yaml", LH_E_CONFIG, "non-scalar.yaml:2:3: dtype:", "expected one of "
+                                                                               "auto",
+                "got a sequence");
+    EXPECT_FILE("null-value.yaml", LH_E_CONFIG, ":1:7: dtype:", "got no value (null)");
+    EXPECT_FILE("quant-not-mapping.yaml", LH_E_CONFIG, ":1:8: quant:", "expected a mapping",
+                "'int8'");
+    EXPECT_FILE("model-impl-scalar.yaml", LH_E_CONFIG, ":1:13: model_impl:",
+                "expected a mapping {target: NAME, mode: off|auto|require}", "'transformers'");
+    /* core tags resolve */
+    EXPECT_STR("max_seq_len: !!int 4096\ndtype: !!str bfloat16\n", LH_OK, NULL);
+    EXPECT_STR("max_seq_len: !!str 4096\n", LH_E_CONFIG, "max_seq_len:",
+               "quoted string \"4096\"");
+    /* a null section is an empty section */
+    EXPECT_STR("quant:\nmodel_impl: ~\n", LH_OK, NULL);
+    /* deep nesting is refused, not a stack overflow */
+    char deep[400];
+    size_t k = 0;
+    k += (size_t)snprintf(deep, sizeof deep, "a: ");
+    for (int i = 0; i < 100; i++)
+        deep[k++] = '[';
+    for (int i = 0; i < 100; i++)
+        deep[k++] = ']';
+    deep[k++] = '\n';
+    deep[k] = '\0';
+    EXPECT_STR(deep, LH_E_CONFIG, "nested more than");
+}
+
+static void test_scalar_type_errors(void)
+{
+    EXPECT_FILE("bad-bool.yaml", LH_E_CONFIG, "bad-bool.yaml:1:18: mm_encoder_only:",
+                "'maybe' is not a boolean");
+    EXPECT_FILE("quoted-int.yaml", LH_E_CONFIG, ":1:14: max_seq_len:",
+                "expected a positive integer", "\"4096\"");
+    EXPECT_FILE("bad-int.yaml", LH_E_CONFIG, ":1:14: max_seq_len:", "'0x1000'",
+                "not a decimal integer");
+    EXPECT_FILE("float-int.yaml", LH_E_CONFIG, ":1:17: max_batch_size:", "'2.5'");
+    EXPECT_FILE("zero-int.yaml", LH_E_CONFIG, ":1:17: max_batch_size:", "0 must be > 0");
+    EXPECT_FILE("negative-int.yaml", LH_E_CONFIG, ":1:14: max_seq_len:", "-8 must be > 0");
+    EXPECT_STR("max_seq_len: 99999999999999999999\n", LH_E_CONFIG, "max_seq_len:",
+               "out of range");
+    EXPECT_STR("mm_encoder_only: \"true\"\n", LH_E_CONFIG, "mm_encoder_only:",
+               "quoted string");
+    EXPECT_STR("mm_encoder_only: [true]\n", LH_E_CONFIG, "mm_encoder_only:", "got a sequence");
+    /* YAML 1.1 booleans */
+    const char *truthy[] = {"true", "True", "TRUE", "yes", "Yes", "on", "On"};
+    const char *falsy[] = {"false", "False", "no", "NO", "off", "Off"};
+    for (size_t i = 0; i < sizeof truthy / sizeof truthy[0]; i++) {
+        char y[64];
+        snprintf(y, sizeof y, "mm_encoder_only: %s\n", truthy[i]);
+        lh_run_config rc;
+        lh_run_config_init(&rc);
+        CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, y, NULL, NULL), LH_OK);
+        CU_ASSERT_TRUE(rc.mm_encoder_only);
+        lh_run_config_free(&rc);
+    }
+    for (size_t i = 0; i < sizeof falsy / sizeof falsy[0]; i++) {
+        char y[64];
+        snprintf(y, sizeof y, "mm_encoder_only: %s\n", falsy[i]);
+        lh_run_config rc;
+        lh_run_config_init(&rc);
+        rc.mm_encoder_only = true;
+        CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, y, NULL, NULL), LH_OK);
+        CU_ASSERT_FALSE(rc.mm_encoder_only);
+        lh_run_config_free(&rc);
+    }
+}
+
+static void test_dtype_errors(void)
+{
+    EXPECT_FILE("bad-dtype.yaml", LH_E_CONFIG, "bad-dtype.yaml:1:8: dtype:",
+                "'float64' is not one of auto, float32, bfloat16, float16");
+    EXPECT_FILE("quant-dtype.yaml", LH_E_CONFIG, ":1:8: dtype:", "'fp8' is not a weight dtype",
+                "quant");
+    static const struct {
+        const char *v;
+        lh_dtype dt;
+    } ok[] = {{"auto", LH_DTYPE_INVALID}, {"float32", LH_DTYPE_F32}, {"fp32", LH_DTYPE_F32},
+              {"bf16", LH_DTYPE_BF16},    {"half", LH_DTYPE_F16},    {"\"float16\"", LH_DTYPE_F16}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char y[64];
+        snprintf(y, sizeof y, "dtype: %s\n", ok[i].v);
+        lh_run_config rc;
+        lh_run_config_init(&rc);
+        rc.dtype = LH_DTYPE_F32;
+        CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, y, NULL, NULL), LH_OK);
+        CU_ASSERT_EQUAL(rc.dtype, ok[i].dt);
+        CU_ASSERT_EQUAL(rc.dtype_origin.kind, LH_ORIGIN_YAML);
+        lh_run_config_free(&rc);
+    }
+}
+
+static void test_model_impl(void)
+{
+    EXPECT_FILE("model-impl-bad-mode.yaml", LH_E_CONFIG, ":3:9: model_impl.mode:",
+                "'always' is not one of off, auto, require");
+    EXPECT_FILE("model-impl-no-target.yaml", LH_E_CONFIG, ":2:9: model_impl.mode:",
+                "'require' needs model_impl.target");
+    EXPECT_STR("model_impl:\n  mode: auto\n", LH_E_CONFIG, "model_impl.mode:", "'auto' needs");
+    EXPECT_FILE("model-impl-empty-target.yaml", LH_E_CONFIG, ":2:11: model_impl.target:",
+                "empty string");
+    EXPECT_STR("model_impl:\n  target:\n", LH_E_CONFIG, "model_impl.target:", "no value");
+
+    /* target alone: mode auto */
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "model_impl:\n  target: mine\n", NULL, NULL),
+                    LH_OK);
+    CU_ASSERT_STRING_EQUAL(rc.model_impl_target, "mine");
+    CU_ASSERT_EQUAL(rc.model_impl_mode, LH_IMPL_AUTO);
+    CU_ASSERT_EQUAL(rc.model_impl_origin.line, 2);
+    /* a mode alone is fine once a target is known */
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "model_impl:\n  mode: require\n", NULL, NULL),
+                    LH_OK);
+    CU_ASSERT_STRING_EQUAL(rc.model_impl_target, "mine");
+    CU_ASSERT_EQUAL(rc.model_impl_mode, LH_IMPL_REQUIRE);
+    lh_run_config_free(&rc);
+
+    /* mode off with a target: fine, target kept but unused */
+    char p[PATH_MAX];
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_file(&rc, rc_path("model-impl-off.yaml", p, sizeof p),
+                                            NULL),
+                    LH_OK);
+    CU_ASSERT_EQUAL(rc.model_impl_mode, LH_IMPL_OFF);
+    CU_ASSERT_STRING_EQUAL(rc.model_impl_target, "transformers");
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, NULL), LH_OK);
+    lh_run_config_free(&rc);
+}
+
+static void test_quant_errors(void)
+{
+    EXPECT_FILE("bad-scheme.yaml", LH_E_CONFIG, ":2:11: quant.scheme:",
+                "'int5' is not one of none, fp8, int8, int4");
+    EXPECT_FILE("rule-bad-scheme.yaml", LH_E_CONFIG, "rule-bad-scheme.yaml:7:15: "
+                                                     "quant.rules[1].scheme:",
+                "'nf4' is not one of none, fp8, int8, int4");
+    EXPECT_FILE("rule-missing-pattern.yaml", LH_E_CONFIG, ":3:7: quant.rules[0]:",
+                "missing required key 'pattern'");
+    EXPECT_FILE("rule-missing-scheme.yaml", LH_E_CONFIG, ":3:7: quant.rules[0]:",
+                "missing required key 'scheme'");
+    EXPECT_FILE("rule-empty-pattern.yaml", LH_E_CONFIG, ":3:16: quant.rules[0].pattern:",
+                "empty string");
+    EXPECT_FILE("rule-not-mapping.yaml", LH_E_CONFIG, ":3:7: quant.rules[0]:",
+                "expected a mapping", "'*.q_proj'");
+    EXPECT_FILE("rules-not-sequence.yaml", LH_E_CONFIG, ":3:5: quant.rules:",
+                "expected a sequence", "got a mapping");
+    EXPECT_FILE("group-size-non-int4.yaml", LH_E_CONFIG, ":3:15: quant.group_size:",
+                "only to scheme int4", "'int8'");
+    EXPECT_FILE("rule-group-size-non-int4.yaml", LH_E_CONFIG,
+                ":6:19: quant.rules[0].group_size:", "only to scheme int4", "'fp8'");
+    EXPECT_FILE("group-size-zero.yaml", LH_E_CONFIG, ":3:15: quant.group_size:", "must be > 0");
+    EXPECT_FILE("exclude-not-string.yaml", LH_E_CONFIG, ":5:7: quant.exclude_modules[1]:",
+                "got a mapping");
+    EXPECT_FILE("exclude-not-sequence.yaml", LH_E_CONFIG, ":3:20: quant.exclude_modules:",
+                "expected a sequence", "'lm_head'");
+    EXPECT_STR("quant:\n  exclude_modules: [\"\"]\n", LH_E_CONFIG,
+               "quant.exclude_modules[0]:", "empty string");
+    EXPECT_STR("quant:\n  scheme: int4\n  rules: [{pattern: a, scheme: int4, group_size: 0}]\n",
+               LH_E_CONFIG, "quant.rules[0].group_size:", "must be > 0");
+
+    /* int4 default group size; rules and exclusions can be empty */
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "quant:\n  scheme: int4\n  rules: []\n"
+                                              "  exclude_modules:\n",
+                                              NULL, NULL),
+                    LH_OK);
+    CU_ASSERT_EQUAL(rc.quant.scheme, LH_QUANT_INT4);
+    CU_ASSERT_EQUAL(rc.quant.group_size, 128);
+    CU_ASSERT_EQUAL(rc.quant.n_rules, 0);
+    /* a failed quant section leaves the previous quant config untouched */
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "quant:\n  scheme: fp8\n  rules:\n"
+                                              "    - {pattern: a, scheme: int8}\n"
+                                              "    - {pattern: b}\n",
+                                              NULL, NULL),
+                    LH_E_CONFIG);
+    CU_ASSERT_EQUAL(rc.quant.scheme, LH_QUANT_INT4);
+    CU_ASSERT_EQUAL(rc.quant.n_rules, 0);
+    /* a later file replaces rules rather than appending */
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "quant:\n  rules: [{pattern: a, scheme: int8}]\n",
+                                              NULL, NULL),
+                    LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "quant:\n  rules: [{pattern: b, scheme: fp8}]\n",
+                                              NULL, NULL),
+                    LH_OK);
+    CU_ASSERT_EQUAL_FATAL(rc.quant.n_rules, 1);
+    CU_ASSERT_STRING_EQUAL(rc.quant.rules[0].pattern, "b");
+    CU_ASSERT_EQUAL(rc.quant.rules[0].group_size, 128);
+    lh_run_config_free(&rc);
+}
+
+static void test_partial_load_no_leak(void)
+{
+    /* errors after strings were taken must not leak (checked under ASan) */
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "model_impl: {target: a}\n"
+                                              "quant:\n  exclude_modules: [x, y, [z]]\n",
+                                              "p.yaml", NULL),
+                    LH_E_CONFIG);
+    CU_ASSERT_STRING_EQUAL(rc.model_impl_target, "a");
+    CU_ASSERT_EQUAL(rc.quant.n_exclude, 0);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "model_impl: {target: b}\n"
+                                              "quant:\n  rules: [{pattern: x, scheme: int8}, "
+                                              "{pattern: y, scheme: int8, extra: 1}]\n",
+                                              "p.yaml", NULL),
+                    LH_E_CONFIG);
+    CU_ASSERT_STRING_EQUAL(rc.model_impl_target, "b");
+    CU_ASSERT_EQUAL(rc.quant.n_rules, 0);
+    lh_run_config_free(&rc);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* CLI overrides */
+
+static void test_set_overrides(void)
+{
+    char p[PATH_MAX];
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL_FATAL(lh_run_config_load_file(&rc, rc_path("full.yaml", p, sizeof p), NULL),
+                          LH_OK);
+    EXPECT_SET(&rc, "dtype=float16", LH_OK, NULL);
+    EXPECT_SET(&rc, "max_seq_len=2048", LH_OK, NULL);
+    EXPECT_SET(&rc, "max-batch-size=16", LH_OK, NULL);
+    EXPECT_SET(&rc, "mm_encoder_only=true", LH_OK, NULL);
+    EXPECT_SET(&rc, "model_impl=other:auto", LH_OK, NULL);
+    EXPECT_SET(&rc, "quant=fp8", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.dtype, LH_DTYPE_F16);
+    CU_ASSERT_EQUAL(rc.max_seq_len, 2048);
+    CU_ASSERT_EQUAL(rc.max_batch_size, 16);
+    CU_ASSERT_TRUE(rc.mm_encoder_only);
+    CU_ASSERT_STRING_EQUAL(rc.model_impl_target, "other");
+    CU_ASSERT_EQUAL(rc.model_impl_mode, LH_IMPL_AUTO);
+    CU_ASSERT_EQUAL(rc.quant.scheme, LH_QUANT_FP8);
+    CU_ASSERT_EQUAL(rc.quant.n_rules, 3); /* rules stay */
+    origin_is(&rc, rc.dtype_origin, "flag");
+    origin_is(&rc, rc.max_seq_len_origin, "flag");
+    origin_is(&rc, rc.max_batch_size_origin, "flag");
+    origin_is(&rc, rc.mm_encoder_only_origin, "flag");
+    origin_is(&rc, rc.model_impl_origin, "flag");
+    origin_is(&rc, rc.quant.origin, "flag");
+    CU_ASSERT_EQUAL(rc.dtype_origin.kind, LH_ORIGIN_FLAG);
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, NULL), LH_OK);
+
+    json_t *j = lh_run_config_to_json(&rc);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    json_t *d = json_object_get(j, "dtype");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(d, "value")), "float16");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(d, "origin")), "flag");
+    json_t *mi = json_object_get(j, "model_impl");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(mi, "origin")), "flag");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(mi, "mode")), "auto");
+    json_decref(j);
+
+    /* model_impl forms */
+    EXPECT_SET(&rc, "model_impl=tgt", LH_OK, NULL);
+    CU_ASSERT_STRING_EQUAL(rc.model_impl_target, "tgt");
+    CU_ASSERT_EQUAL(rc.model_impl_mode, LH_IMPL_AUTO);
+    EXPECT_SET(&rc, "model_impl=tgt2:require", LH_OK, NULL);
+    CU_ASSERT_STRING_EQUAL(rc.model_impl_target, "tgt2");
+    CU_ASSERT_EQUAL(rc.model_impl_mode, LH_IMPL_REQUIRE);
+    EXPECT_SET(&rc, "model_impl=off", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.model_impl_mode, LH_IMPL_OFF);
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, NULL), LH_OK);
+    EXPECT_SET(&rc, "dtype=auto", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.dtype, LH_DTYPE_INVALID);
+    EXPECT_SET(&rc, "mm_encoder_only=off", LH_OK, NULL);
+    CU_ASSERT_FALSE(rc.mm_encoder_only);
+    EXPECT_SET(&rc, "mm_encoder_only=1", LH_OK, NULL);
+    CU_ASSERT_TRUE(rc.mm_encoder_only);
+    lh_run_config_free(&rc);
+}
+
+static void test_set_errors(void)
+{
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    EXPECT_SET(&rc, "dtype=foo", LH_E_USAGE,
+               "--dtype: 'foo' is not one of auto, float32, bfloat16, float16");
+    EXPECT_SET(&rc, "dtype=int4", LH_E_USAGE, "--dtype: 'int4' is not a weight dtype", "quant");
+    EXPECT_SET(&rc, "dtyp=bf16", LH_E_USAGE, "--dtyp: unknown run-config key 'dtyp'",
+               "did you mean 'dtype'?", "mm_encoder_only, model_impl");
+    EXPECT_SET(&rc, "max-seqlen=4", LH_E_USAGE, "--max-seqlen", "did you mean 'max_seq_len'?");
+    EXPECT_SET(&rc, "max_seq_len=abc", LH_E_USAGE, "--max_seq_len: 'abc' is not a decimal "
+                                                   "integer");
+    EXPECT_SET(&rc, "max_batch_size=0", LH_E_USAGE, "--max_batch_size: 0 must be > 0");
+    EXPECT_SET(&rc, "max_seq_len=-3", LH_E_USAGE, "--max_seq_len: -3 must be > 0");
+    EXPECT_SET(&rc, "mm_encoder_only=maybe", LH_E_USAGE, "--mm_encoder_only: 'maybe' is not a "
+                                                         "boolean");
+    EXPECT_SET(&rc, "model_impl=x:sometimes", LH_E_USAGE, "--model_impl:",
+               "'sometimes' is not one of off, auto, require");
+    EXPECT_SET(&rc, "model_impl=:require", LH_E_USAGE, "--model_impl:", "names no target");
+    EXPECT_SET(&rc, "quant=int5", LH_E_USAGE, "--quant: 'int5' is not one of none, fp8, int8, "
+                                              "int4");
+    EXPECT_SET(&rc, "dtype", LH_E_USAGE, "KEY=VALUE");
+    EXPECT_SET(&rc, "=x", LH_E_USAGE, "KEY=VALUE");
+    EXPECT_SET(&rc, "dtype=", LH_E_USAGE, "--dtype: no value");
+    EXPECT_SET(&rc, "rules=x", LH_E_USAGE, "unknown run-config key 'rules'");
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, NULL, NULL), LH_E_USAGE);
+    /* nothing changed */
+    CU_ASSERT_EQUAL(rc.dtype, LH_DTYPE_INVALID);
+    CU_ASSERT_EQUAL(rc.max_batch_size, 1);
+    CU_ASSERT_PTR_NULL(rc.model_impl_target);
+    lh_run_config_free(&rc);
+}
+
+/* flags given before a file still lose to nothing: the file is applied over what rc holds, so
+ * the caller applies flags last; check that order gives flags the last word */
+static void test_flag_after_yaml(void)
+{
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "dtype: bfloat16\nmax_seq_len: 100\n",
+                                              "a.yaml", NULL),
+                    LH_OK);
+    origin_is(&rc, rc.dtype_origin, "a.yaml:1:8");
+    origin_is(&rc, rc.max_seq_len_origin, "a.yaml:2:14");
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "dtype=float32", NULL), LH_OK);
+    CU_ASSERT_EQUAL(rc.dtype, LH_DTYPE_F32);
+    origin_is(&rc, rc.dtype_origin, "flag");
+    origin_is(&rc, rc.max_seq_len_origin, "a.yaml:2:14");
+    char buf[4];
+    lh_value_origin_str(&rc, rc.max_seq_len_origin, buf, sizeof buf); /* truncates safely */
+    CU_ASSERT_EQUAL(strlen(buf), 3);
+    lh_run_config_free(&rc);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* validator */
+
+static void test_validate(void)
+{
+    lh_run_config rc;
+    lh_err err = {0};
+
+    /* int4 group size must be even: origin named */
+    char p[PATH_MAX];
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_file(&rc, rc_path("group-size-odd.yaml", p, sizeof p),
+                                            NULL),
+                    LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "quant.group_size=33"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "positive even"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "group-size-odd.yaml:2:11"));
+    /* switching scheme by flag makes the group size irrelevant */
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "quant=int8", NULL), LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_OK);
+    lh_run_config_free(&rc);
+
+    /* rule group size */
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "quant:\n  rules:\n"
+                                              "    - {pattern: '*.o_proj', scheme: int4, "
+                                              "group_size: 7}\n"
+                                              "    - {pattern: '*.mlp.*', scheme: none}\n",
+                                              "r.yaml", NULL),
+                    LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "quant.rules[0].group_size=7"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "r.yaml:3:7"));
+    rc.quant.rules[0].group_size = 64;
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_OK); /* scheme none rule is fine */
+    lh_run_config_free(&rc);
+
+    /* seq len * batch overflow, with both origins */
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "max_seq_len: 4611686018427387904\n",
+                                              "o.yaml", NULL),
+                    LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "max_batch_size=4", NULL), LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "max_seq_len=4611686018427387904 (from o.yaml:1:14)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "max_batch_size=4 (from flag)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "overflow"));
+    lh_run_config_free(&rc);
+
+    /* mode needs a target (API users can build such a struct) */
+    lh_run_config_init(&rc);
+    rc.model_impl_mode = LH_IMPL_REQUIRE;
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "model_impl.mode=require (from default)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "model_impl.target"));
+    lh_run_config_free(&rc);
+
+    /* mode off with a target: fine */
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "model_impl=x:off", NULL), LH_OK);
+    CU_ASSERT_EQUAL(rc.model_impl_mode, LH_IMPL_OFF);
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_OK);
+    lh_run_config_free(&rc);
+
+    /* structurally impossible values set through the API */
+    lh_run_config_init(&rc);
+    rc.dtype = LH_DTYPE_INT8;
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "dtype=int8"));
+    rc.dtype = LH_DTYPE_INVALID;
+    rc.max_batch_size = 0;
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "max_batch_size=0"));
+    rc.max_batch_size = 1;
+    rc.quant.scheme = LH_QUANT_INT4;
+    rc.quant.group_size = 0;
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "quant.group_size=0 (from default)"));
+    lh_run_config_free(&rc);
+}
+
+static void test_names(void)
+{
+    CU_ASSERT_STRING_EQUAL(lh_quant_scheme_name(LH_QUANT_NONE), "none");
+    CU_ASSERT_STRING_EQUAL(lh_quant_scheme_name(LH_QUANT_FP8), "fp8");
+    CU_ASSERT_STRING_EQUAL(lh_quant_scheme_name(LH_QUANT_INT8), "int8");
+    CU_ASSERT_STRING_EQUAL(lh_quant_scheme_name(LH_QUANT_INT4), "int4");
+    CU_ASSERT_PTR_NOT_NULL(lh_quant_scheme_name((lh_quant_scheme)42));
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    char buf[64];
+    lh_value_origin o = {.kind = LH_ORIGIN_YAML, .line = 3, .column = 5};
+    CU_ASSERT_STRING_EQUAL(lh_value_origin_str(&rc, o, buf, sizeof buf), "<yaml>:3:5");
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "", "named.yaml", NULL), LH_OK);
+    CU_ASSERT_STRING_EQUAL(lh_value_origin_str(&rc, o, buf, sizeof buf), "named.yaml:3:5");
+    lh_run_config_free(&rc);
+}
+
+static CU_TestInfo load_tests[] = {
+    {"defaults", test_defaults},
+    {"full file: values and origins", test_full_file},
+    {"empty files", test_empty_files},
+    {"io errors", test_io_error},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_TestInfo error_tests[] = {
+    {"unknown keys with did-you-mean", test_unknown_keys},
+    {"duplicate keys", test_duplicate_key},
+    {"YAML syntax errors", test_syntax_errors},
+    {"structure errors", test_structure_errors},
+    {"scalar type errors", test_scalar_type_errors},
+    {"dtype", test_dtype_errors},
+    {"model_impl", test_model_impl},
+    {"quant", test_quant_errors},
+    {"partial loads do not leak", test_partial_load_no_leak},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_TestInfo flag_tests[] = {
+    {"overrides win with origin flag", test_set_overrides},
+    {"override errors", test_set_errors},
+    {"flag after yaml", test_flag_after_yaml},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_TestInfo validate_tests[] = {
+    {"cross-key rules", test_validate},
+    {"names", test_names},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_SuiteInfo suites[] = {
+    {"run_config: load", NULL, NULL, NULL, NULL, load_tests},
+    {"run_config: errors", NULL, NULL, NULL, NULL, error_tests},
+    {"run_config: flags", NULL, NULL, NULL, NULL, flag_tests},
+    {"run_config: validate", NULL, NULL, NULL, NULL, validate_tests},
+    CU_SUITE_INFO_NULL,
+};
+
+int main(int argc, char **argv)
+{
+    return lh_test_main(argc, argv, suites);
+}
