@@ -27,10 +27,13 @@ $(BUILD)/build.ninja: | deps
 $(ASAN_BUILD)/build.ninja: | deps
 	meson setup $(ASAN_BUILD) $(MESON_COMMON) -Db_sanitize=address,undefined -Dbuildtype=debug
 
+# `meson configure` keeps an existing tree's options in step with this invocation (WERROR).
 build: deps $(BUILD)/build.ninja
+	meson configure $(BUILD) $(MESON_COMMON)
 	ninja -C $(BUILD)
 
 build-asan: deps $(ASAN_BUILD)/build.ninja
+	meson configure $(ASAN_BUILD) $(MESON_COMMON)
 	ninja -C $(ASAN_BUILD)
 
 run: build

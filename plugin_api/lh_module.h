@@ -19,7 +19,9 @@ extern "C" {
 typedef struct lh_build lh_build;   /* one model construction; owned by the host */
 typedef struct lh_module lh_module; /* a node of the tree; owned by the build */
 
+#ifndef LH_MAX_DIMS
 #define LH_MAX_DIMS 4
+#endif
 
 /* Geometry of one attention layer. The host creates the projections (names as in Hugging Face
  * checkpoints) and registers the layer in the per-model attention-layer table under

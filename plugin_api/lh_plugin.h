@@ -21,6 +21,7 @@
 #include "lh_types.h"
 #include "lh_config.h"
 #include "lh_module.h"
+#include "lh_attention.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -72,12 +73,13 @@ typedef struct lh_draft_provider {
 #define LH_ATTN_CAP_SPARSE         (1u << 6)
 #define LH_ATTN_CAP_SLIDING_WINDOW (1u << 7)
 
-/* An attention backend. This ABI minor carries its name and capabilities; the forward
- * contract is appended in a later minor version (struct_size tells which fields exist). */
+/* An attention backend: its name, constant capabilities (readable without an instance) and
+ * the per-layer vtable (lh_attention.h). */
 typedef struct lh_attn_backend_provider {
     uint32_t struct_size;
     const char *name; /* matched case-insensitively */
     uint64_t capabilities;
+    const lh_attn_ops *ops; /* may be NULL for a backend that is only described */
 } lh_attn_backend_provider;
 
 /* Variants of the standard decoder-only LM (see lh_host_api.build_decoder_lm). */

@@ -490,7 +490,7 @@ lh_status lh_registry_register(lh_module_rec *mod, lh_kind kind, const void *pro
     memcpy(&given_size, provider, sizeof given_size);
     /* struct_size must at least cover the fields of ABI x.0 of this provider struct */
     size_t min_size = kind == LH_KIND_DRAFT            ? sizeof(lh_draft_provider)
-                      : kind == LH_KIND_ATTENTION_BACKEND ? sizeof(lh_attn_backend_provider)
+                      : kind == LH_KIND_ATTENTION_BACKEND ? offsetof(lh_attn_backend_provider, ops)
                                                           : offsetof(lh_model_provider, check_runtime);
     if (given_size < min_size) {
         lh_log(LH_LOG_ERROR, "%s: %s provider struct_size %u is below the minimum %zu",

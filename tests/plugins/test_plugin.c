@@ -112,7 +112,7 @@ static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
     static const char *const attn[] = {TP_ATTN};
     for (size_t i = 0; st == LH_OK && i < sizeof attn / sizeof *attn; i++) {
         lh_attn_backend_provider p = {sizeof p, attn[i],
-                                      LH_ATTN_CAP_FUSED_ROPE | LH_ATTN_CAP_CHUNKED};
+                                      LH_ATTN_CAP_FUSED_ROPE | LH_ATTN_CAP_CHUNKED, NULL};
         st = api->register_attention_backend(ctx, &p);
     }
 #endif

@@ -1,0 +1,58 @@
+/* llmhost plugin SDK: tensors as the kernel library sees them.
+ *
+ * A tensor is a view: dtype, shape, strides (in elements) and a data pointer on a device. It
+ * owns nothing; whoever allocated `data` frees it. Kernels dispatch on `device`, so the same
+ * call works for CPU and (in a later release) CUDA tensors; a kernel asked to work on a
+ * device it has no implementation for returns LH_E_UNSUPPORTED naming both. */
+#ifndef LH_TENSOR_H
+#define LH_TENSOR_H
+
+#include "lh_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef LH_MAX_DIMS
+#define LH_MAX_DIMS 4
+#endif
+
+typedef enum lh_device_kind { LH_DEVICE_CPU = 0, LH_DEVICE_CUDA = 1 } lh_device_kind;
+
+typedef struct lh_device {
+    lh_device_kind kind;
+    int index; /* CUDA ordinal; 0 for the CPU */
+} lh_device;
+
+typedef struct lh_tensor {
+    lh_dtype dtype;
+    int ndim;
+    int64_t shape[LH_MAX_DIMS];
+    int64_t stride[LH_MAX_DIMS]; /* elements; row-major contiguous: stride[ndim-1] == 1 */
+    void *data;
+    lh_device device;
+} lh_tensor;
+
+/* A contiguous CPU tensor view over `data`. Shapes beyond ndim are ignored. */
+static inline lh_tensor lh_tensor_cpu(lh_dtype dtype, void *data, int ndim, const int64_t *shape)
+{
+    lh_tensor t;
+    t.dtype = dtype;
+    t.ndim = ndim;
+    t.data = data;
+    t.device.kind = LH_DEVICE_CPU;
+    t.device.index = 0;
+    int64_t s = 1;
+    for (int i = LH_MAX_DIMS - 1; i >= 0; i--) {
+        t.shape[i] = i < ndim ? shape[i] : 1;
+        t.stride[i] = i < ndim ? s : 0;
+        if (i < ndim)
+            s *= shape[i];
+    }
+    return t;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
