@@ -55,15 +55,19 @@ LH_EXPORT int lh_k_ctx_threads(const lh_kctx *ctx);
 LH_EXPORT lh_k_isa lh_k_ctx_isa(const lh_kctx *ctx);
 LH_EXPORT lh_status lh_k_ctx_set_isa(lh_kctx *ctx, lh_k_isa isa);
 LH_EXPORT const char *lh_k_isa_name(lh_k_isa isa);
-/* Message of the last failed kernel call on ctx; "" when none. Owned by ctx. */
+/* Message of the last failed kernel call on ctx; "" when none. Owned by ctx. With ctx == NULL:
+ * the message of the calling thread's last failed call that had no context to hold it
+ * (lh_k_ctx_create returning NULL, lh_k_rope_init, a kernel given ctx == NULL or called from
+ * inside lh_k_parallel_for on its own context); thread-local, valid until that thread's next
+ * such failure. */
 LH_EXPORT const char *lh_k_last_error(const lh_kctx *ctx);
 
 /* Runs fn(i, user) for i in [0, n) on the context's pool; returns when all are done. */
 typedef void (*lh_k_task_fn)(int64_t i, void *user);
 LH_EXPORT void lh_k_parallel_for(lh_kctx *ctx, int64_t n, lh_k_task_fn fn, void *user);
 
-/* y[M,N] = x[M,K] @ w[N,K]^T (+ bias[N]). x, y, bias f32; w f32, bf16 or f16. M == 1 takes
- * the GEMV path. */
+/* y[M,N] = x[M,K] @ w[N,K]^T (+ bias[N]). x, y f32; w and bias f32, bf16 or f16 (a model's
+ * biases are stored like its weights). M == 1 takes the GEMV path. */
 LH_EXPORT lh_status lh_k_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
                                 const lh_tensor *bias, lh_tensor *y);
 /* out[n,D] = table[ids[i], :] converted to f32; ids outside [0, V) are an error. */
@@ -97,8 +101,8 @@ typedef struct lh_rope {
     float attention_scaling;   /* yarn: applied to cos and sin; 1 otherwise */
     float *inv_freq;           /* [rotary_dim / 2], owned */
 } lh_rope;
-/* Fills rope (inv_freq malloc'ed). Unknown scaling kind -> LH_E_UNSUPPORTED naming it.
- * Free with lh_k_rope_free. */
+/* Fills rope (inv_freq malloc'ed). Unknown scaling kind -> LH_E_UNSUPPORTED naming it; the
+ * message is read with lh_k_last_error(NULL). Free with lh_k_rope_free. */
 LH_EXPORT lh_status lh_k_rope_init(lh_rope *rope, int64_t rotary_dim, double theta,
                                    const lh_rope_scaling *scaling, int64_t max_position_embeddings);
 LH_EXPORT void lh_k_rope_free(lh_rope *rope);

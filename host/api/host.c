@@ -3,6 +3,7 @@
 #include "llmhost.h"
 
 #include "api/host_api_table.h"
+#include "api/host_internal.h"
 #include "config/model_config.h"
 #include "config/run_config.h"
 #include "core/err.h"
@@ -18,9 +19,6 @@
 #include <string.h>
 
 
-struct lh_host {
-    lh_registry reg;
-};
 
 lh_status lh_host_create(const lh_host_options *opts, lh_host **out, lh_err *err)
 {
@@ -221,8 +219,8 @@ lh_status lh_validate_run_config(const char *config_file, const char *const *ove
 }
 
 /* Run config first and validated before anything loads (DESIGN §9), then config.json. */
-static lh_status prepare(const lh_resolve_request *req, lh_run_config *rc,
-                         lh_model_config **cfg, lh_err *err)
+lh_status lh_prepare_request(const lh_resolve_request *req, lh_run_config *rc,
+                             lh_model_config **cfg, lh_err *err)
 {
     *cfg = NULL;
     if (!req || !req->model) {
@@ -255,7 +253,7 @@ static lh_status resolve_common(lh_host *h, const lh_resolve_request *req, bool 
     lh_err_clear(err);
     lh_run_config rc;
     lh_model_config *cfg;
-    lh_status st = prepare(req, &rc, &cfg, err);
+    lh_status st = lh_prepare_request(req, &rc, &cfg, err);
     lh_resolution r = {0};
     if (st == LH_OK)
         st = lh_resolve(&h->reg, cfg, &rc, &r, err);

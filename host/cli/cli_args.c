@@ -1,5 +1,6 @@
 #include "cli_args.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,11 @@ enum {
     OPT_ENCODER_ONLY,
     OPT_QUANT,
     OPT_LOG_LEVEL,
+    OPT_PROMPT_TOKENS,
+    OPT_TOKENS,
+    OPT_OUT,
+    OPT_THREADS,
+    OPT_ATTN_BACKEND,
 };
 
 static const struct option options[] = {
@@ -32,8 +38,30 @@ static const struct option options[] = {
     {"mm-encoder-only", no_argument, NULL, OPT_ENCODER_ONLY},
     {"quant", required_argument, NULL, OPT_QUANT},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
+    {"tokens", required_argument, NULL, OPT_TOKENS},
+    {"out", required_argument, NULL, OPT_OUT},
+    {"max-new-tokens", required_argument, NULL, 'n'},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"attn-backend", required_argument, NULL, OPT_ATTN_BACKEND},
     {NULL, 0, NULL, 0},
 };
+
+/* A whole decimal number in [lo, hi]; prints the reason and returns 2 otherwise. */
+static int parse_long(const char *cmd, const char *flag, const char *text, long lo, long hi,
+                      long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        fprintf(stderr, "llmhost %s: %s '%s' must be a whole number from %ld to %ld\n", cmd, flag,
+                text, lo, hi);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
 
 static int add_override(lh_cli_args *a, const char *key, const char *value)
 {
@@ -63,6 +91,7 @@ void lh_cli_args_free(lh_cli_args *a)
 int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
 {
     memset(a, 0, sizeof *a);
+    a->max_new = -1;
     if (argc < 2) {
         a->help = true;
         return 0;
@@ -76,7 +105,7 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
     optind = 2;
     opterr = 0;
     int c, rc = 0;
-    while (rc == 0 && (c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+    while (rc == 0 && (c = getopt_long(argc, argv, ":hn:", options, NULL)) != -1) {
         switch (c) {
         case 'h': a->help = true; break;
         case OPT_JSON: a->json = true; break;
@@ -96,6 +125,24 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
         case OPT_MODEL_IMPL: rc = add_override(a, "model_impl", optarg); break;
         case OPT_ENCODER_ONLY: rc = add_override(a, "mm_encoder_only", "true"); break;
         case OPT_QUANT: rc = add_override(a, "quant", optarg); break;
+        case OPT_PROMPT_TOKENS:
+            if (a->n_prompts == LH_CLI_MAX_DIRS) {
+                fprintf(stderr, "llmhost: at most %d --prompt-tokens\n", LH_CLI_MAX_DIRS);
+                rc = 2;
+            } else {
+                a->prompt_tokens[a->n_prompts++] = optarg;
+            }
+            break;
+        case OPT_TOKENS: a->tokens = optarg; break;
+        case OPT_OUT: a->out_file = optarg; break;
+        case 'n': rc = parse_long(a->command, "-n", optarg, 0, 1L << 30, &a->max_new); break;
+        case OPT_THREADS: {
+            long t;
+            rc = parse_long(a->command, "--threads", optarg, 1, 4096, &t);
+            a->threads = (int)t;
+            break;
+        }
+        case OPT_ATTN_BACKEND: a->attn_backend = optarg; break;
         case OPT_LOG_LEVEL:
             if (strcmp(optarg, "error") && strcmp(optarg, "warn") && strcmp(optarg, "info") &&
                 strcmp(optarg, "debug")) {

@@ -17,6 +17,14 @@ typedef struct lh_cli_args {
     /* "key=value" run-config overrides from flags; owned by the struct */
     char *overrides[LH_CLI_MAX_OVERRIDES + 1];
     size_t n_overrides;
+    /* run / logits */
+    const char *prompt_tokens[LH_CLI_MAX_DIRS]; /* --prompt-tokens, one per sequence */
+    size_t n_prompts;
+    const char *tokens;   /* --tokens */
+    const char *out_file; /* --out */
+    long max_new;         /* -n / --max-new-tokens; -1 when not given */
+    int threads;          /* --threads; 0: every core */
+    const char *attn_backend;
     bool json;
     bool help;
     bool allow_insecure;

@@ -16,6 +16,8 @@ static const char usage_text[] =
     "  list                 what the arch indexes offer (built-in and custom dirs); loads no plugin\n"
     "  resolve MODEL        which plugin serves the model, and why (loads exactly that plugin)\n"
     "  explain MODEL        the resolution trace and the memory plan (module tree, no weights)\n"
+    "  run MODEL --prompt-tokens 1,2,3 [-n N] [--json]   greedy generation from token ids\n"
+    "  logits MODEL --tokens 1,2,3 --out FILE.npy        float32 logits of every position\n"
     "  version              versions of llmhost and of the plugin ABI\n"
     "\n"
     "options:\n"
@@ -30,6 +32,8 @@ static const char usage_text[] =
     "  --mm-encoder-only            resolve through the vision-encoder registry\n"
     "  --quant none|fp8|int8|int4   default quant scheme of linear layers\n"
     "  --log-level error|warn|info|debug   (or $LLMHOST_LOG)\n"
+    "  --threads N                  kernel threads (default: every core)\n"
+    "  --attn-backend NAME          attention backend (default: vanilla)\n"
     "  -h, --help\n"
     "\n"
     "environment: LLMHOST_PLUGIN_DIR (built-in plugin dir), LLMHOST_CUSTOM_MODULE_DIRS, LLMHOST_LOG\n"
@@ -72,9 +76,13 @@ int main(int argc, char **argv)
         rc = lh_cli_resolve(&a);
     } else if (strcmp(a.command, "explain") == 0) {
         rc = lh_cli_explain(&a);
+    } else if (strcmp(a.command, "run") == 0) {
+        rc = lh_cli_run(&a);
+    } else if (strcmp(a.command, "logits") == 0) {
+        rc = lh_cli_logits(&a);
     } else {
         fprintf(stderr, "llmhost: unknown command '%s'; commands: list, resolve, explain, "
-                        "version, help\n", a.command);
+                        "run, logits, version, help\n", a.command);
         rc = LH_E_USAGE;
     }
     lh_cli_args_free(&a);

@@ -256,29 +256,45 @@ static lh_status parse_dtype(mc_ctx *c, lh_model_config *cfg)
     return LH_OK;
 }
 
-static lh_status parse_rope_scaling(mc_ctx *c, lh_model_config *cfg)
+/* RoPE settings: `key` is "rope_scaling" (transformers 4 and most Hub checkpoints) or
+ * "rope_parameters" (transformers 5, which also moves rope_theta inside it). */
+static lh_status parse_rope_object(mc_ctx *c, lh_model_config *cfg, const char *key)
 {
     lh_rope_scaling *rs = &cfg->geo.rope_scaling;
-    const json_t *v = json_object_get(cfg->root, "rope_scaling");
+    const json_t *v = json_object_get(cfg->root, key);
     if (!v || json_is_null(v))
         return LH_OK;
     if (!json_is_object(v))
-        return type_error(c, "rope_scaling", v, "an object or null");
+        return type_error(c, key, v, "an object or null");
+    char fname[96];
     lh_status st;
     const char *kind = NULL;
-    if (json_object_get(v, "rope_type") && !json_is_null(json_object_get(v, "rope_type")))
-        st = get_string_field(c, v, "rope_type", "rope_scaling.rope_type", &kind);
-    else
-        st = get_string_field(c, v, "type", "rope_scaling.type", &kind);
+    /* "rope_type" is the current spelling, "type" the legacy one */
+    const char *kind_key =
+        json_object_get(v, "rope_type") && !json_is_null(json_object_get(v, "rope_type"))
+            ? "rope_type"
+            : "type";
+    snprintf(fname, sizeof fname, "%s.%s", key, kind_key);
+    st = get_string_field(c, v, kind_key, fname, &kind);
     if (st)
         return st;
     rs->kind = kind;
     bool p;
-    if ((st = get_num_field(c, v, "factor", "rope_scaling.factor", &rs->factor, &p)))
+    snprintf(fname, sizeof fname, "%s.factor", key);
+    if ((st = get_num_field(c, v, "factor", fname, &rs->factor, &p)))
         return st;
     if (p && !(rs->factor > 0))
-        return lh_err_set(c->err, LH_E_CONFIG, "%s: rope_scaling.factor=%g must be > 0",
-                          c->src, rs->factor);
+        return lh_err_set(c->err, LH_E_CONFIG, "%s: %s=%g must be > 0", c->src, fname,
+                          rs->factor);
+    if (strcmp(key, "rope_parameters") == 0) {
+        lh_model_geometry *g = &cfg->geo;
+        if ((st = get_num_field(c, v, "rope_theta", "rope_parameters.rope_theta", &g->rope_theta,
+                                &p)))
+            return st;
+        if (p && !(g->rope_theta > 0))
+            return lh_err_set(c->err, LH_E_CONFIG, "%s: rope_parameters.rope_theta=%g must be > 0",
+                              c->src, g->rope_theta);
+    }
     static const struct {
         const char *key;
         size_t off;
@@ -292,14 +308,14 @@ static lh_status parse_rope_scaling(mc_ctx *c, lh_model_config *cfg)
         {"mscale_all_dim", offsetof(lh_rope_scaling, mscale_all_dim)},
     };
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "rope_scaling.%s", nums[i].key);
+        char name[128];
+        snprintf(name, sizeof name, "%s.%s", key, nums[i].key);
         double *dst = (double *)((char *)rs + nums[i].off);
         if ((st = get_num_field(c, v, nums[i].key, name, dst, &p)))
             return st;
     }
-    return get_int_field(c, v, "original_max_position_embeddings",
-                         "rope_scaling.original_max_position_embeddings", 1,
+    snprintf(fname, sizeof fname, "%s.original_max_position_embeddings", key);
+    return get_int_field(c, v, "original_max_position_embeddings", fname, 1,
                          &rs->original_max_position_embeddings, &p);
 }
 
@@ -491,7 +507,11 @@ static lh_status parse_fields(mc_ctx *c, lh_model_config *cfg)
     if (p && !(g->rope_theta > 0))
         return lh_err_set(c->err, LH_E_CONFIG, "%s: rope_theta=%g must be > 0", c->src,
                           g->rope_theta);
-    if ((st = parse_rope_scaling(c, cfg)))
+    /* transformers 5 writes rope_parameters (with rope_theta inside); older files rope_scaling */
+    const json_t *rope_params = json_object_get(root, "rope_parameters");
+    if ((st = parse_rope_object(c, cfg, rope_params && !json_is_null(rope_params)
+                                            ? "rope_parameters"
+                                            : "rope_scaling")))
         return st;
 
     if ((st = get_bool_field(c, root, "tie_word_embeddings", &g->tie_word_embeddings, &p)))

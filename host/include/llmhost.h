@@ -85,6 +85,44 @@ LH_EXPORT lh_status lh_validate_run_config(const char *config_file,
 LH_EXPORT lh_status lh_host_explain_json(lh_host *h, const lh_resolve_request *req, char **json_out,
                                lh_err *err);
 
+/* ---- inference ------------------------------------------------------------------------- */
+
+typedef struct lh_engine lh_engine;
+
+typedef struct lh_engine_options {
+    uint32_t struct_size;
+    const char *model;             /* model directory (config.json + safetensors) */
+    const char *config_file;       /* YAML run config or NULL */
+    const char *const *overrides;  /* NULL-terminated "key=value" list or NULL */
+    int n_threads;                 /* <= 0: every online core */
+    const char *attn_backend;      /* NULL: "vanilla" */
+} lh_engine_options;
+
+/* Resolves the model, builds its tree, binds the weights (mmap; zero-copy where the dtype
+ * allows) and prepares the forward pass. The engine borrows `h`, which must outlive it.
+ * Errors: every class of resolve, LH_E_IO / LH_E_CONFIG for the checkpoint (all missing,
+ * unexpected and mis-shaped tensors at once), LH_E_UNSUPPORTED for an architecture whose tree
+ * has no forward pass yet. One thread at a time per engine. */
+LH_EXPORT lh_status lh_engine_open(lh_host *h, const lh_engine_options *opts, lh_engine **out,
+                                   lh_err *err);
+LH_EXPORT void lh_engine_close(lh_engine *e);
+LH_EXPORT int64_t lh_engine_vocab_size(const lh_engine *e);
+/* Logits of every position of one sequence: out [n, vocab] float32, caller-allocated. */
+LH_EXPORT lh_status lh_engine_logits(lh_engine *e, const int32_t *tokens, int64_t n, float *out,
+                                     lh_err *err);
+/* Greedy generation for n_seqs prompts in one batch: out [n_seqs, max_new] ids,
+ * caller-allocated. Errors: LH_E_USAGE for an empty prompt, an id outside the vocabulary, or
+ * more sequences than max_batch_size; LH_E_UNSUPPORTED when a sequence would exceed
+ * max_seq_len. */
+LH_EXPORT lh_status lh_engine_generate_greedy(lh_engine *e, const int32_t *const *prompts,
+                                              const int64_t *lens, int64_t n_seqs,
+                                              int64_t max_new, int32_t *out, lh_err *err);
+
+/* Writes data [rows, cols] float32 to `path` as a NumPy .npy file ('<f4', C order), the
+ * format of `llmhost logits --out`. Errors: LH_E_IO naming the path. */
+LH_EXPORT lh_status lh_save_npy_f32(const char *path, const float *data, int64_t rows,
+                                    int64_t cols, lh_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,9 +12,11 @@
 #include "lh_plugin.h"
 #include "../config/model_config.h"
 #include "../config/run_config.h"
+#include "lh_tensor.h"
 #include <jansson.h>
 
 typedef struct lh_model lh_model;
+typedef struct lh_checkpoint lh_checkpoint; /* host/weights/checkpoint.h */
 
 /* Module kinds, for the plan's per-group breakdown and for explain. */
 typedef enum lh_module_kind {
@@ -85,6 +87,65 @@ const char *lh_model_attention_key(const lh_model *m, size_t i);
 const char *lh_model_attention_lookup(const lh_model *m, const char *key);
 /* Name of the norm that `layer_name`'s residual add is fused with, NULL if unchained. */
 const char *lh_model_next_norm(const lh_model *m, const char *layer_name);
+
+/* ---- weights (host/weights/bind.c) ---------------------------------------------------- */
+
+typedef struct lh_bind_stats {
+    size_t bound;          /* params bound from a checkpoint tensor (tied params not counted) */
+    size_t zero_copy;      /* ... pointing into the checkpoint mapping */
+    size_t converted;      /* ... converted to the param's dtype into an owned buffer */
+    size_t copied;         /* ... same dtype, copied because the data was misaligned */
+    size_t tied;           /* params sharing their tie source's data */
+    size_t ignored;        /* checkpoint tensors deliberately unused (see bind rules) */
+    int64_t mapped_bytes;  /* bytes used in place */
+    int64_t owned_bytes;   /* bytes of owned (converted or copied) buffers */
+} lh_bind_stats;
+
+/* Binds every parameter of the tree to the checkpoint tensor "<module>.<param>"
+ * (e.g. model.layers.0.self_attn.q_proj.weight).
+ *
+ * Rules:
+ *  - Zero-copy when the tensor's dtype equals the param's storage dtype and its data is
+ *    aligned for the type (the param points into the read-only mapping); otherwise converted
+ *    (f32/bf16/f16, any direction) or copied into an owned 64-byte-aligned buffer, with a
+ *    progress bar on stderr when stderr is a terminal.
+ *  - A tied param (e.g. lm_head.weight tied to model.embed_tokens.weight) shares its source's
+ *    data. A checkpoint tensor with the tied param's name is accepted and unused (transformers
+ *    saves it in some checkpoints); its shape must still match. When the source's tensor is
+ *    absent but a tied param's tensor is present, the source is bound from that one.
+ *  - Ignored, never "unexpected": the non-parameter buffers *.rotary_emb.inv_freq,
+ *    *.rotary_emb.cos_cached, *.rotary_emb.sin_cached that old checkpoints carry.
+ *  - Every other mismatch is reported at once in one LH_E_CONFIG error: missing tensors,
+ *    unexpected tensors, mis-shaped tensors (expected vs found) and tensors of a dtype other
+ *    than F32/F16/BF16, each list cut after 20 entries (fewer when the message would not fit)
+ *    with its full count; LLMHOST_LOG=debug logs every entry.
+ *  - A param stored in a quantized scheme (fp8/int8/int4 from the quant config) is
+ *    LH_E_UNSUPPORTED: loading quantized weights is not implemented yet.
+ * Ownership: the call always consumes `ck`. On success the model owns it (the mapping must
+ *    outlive every zero-copy param; lh_model_free closes it); on any failure it is closed
+ *    before returning and nothing is bound. The caller never closes it after this call.
+ * Errors: LH_E_USAGE (NULL argument, weights already bound), LH_E_UNSUPPORTED, LH_E_CONFIG,
+ * LH_E_NOMEM. */
+lh_status lh_model_bind_weights(lh_model *m, lh_checkpoint *ck, lh_err *err);
+/* lh_checkpoint_open(path) then lh_model_bind_weights. path: a model directory, an index
+ * or a safetensors file. */
+lh_status lh_model_load_weights(lh_model *m, const char *path, lh_err *err);
+bool lh_model_weights_bound(const lh_model *m);
+/* What the successful bind did; false (and *out zeroed) when nothing is bound. */
+bool lh_model_bind_stats(const lh_model *m, lh_bind_stats *out);
+/* The checkpoint the model owns, NULL before binding. */
+const lh_checkpoint *lh_model_checkpoint(const lh_model *m);
+/* A CPU tensor view (dtype = the param's storage dtype, its shape, contiguous) of the bound
+ * data of param `param` of `mod`; a tied param views its source's data. The view is valid
+ * while the model lives; its data is read-only (it may point into a read-only mapping).
+ * Returns LH_OK, or LH_E_USAGE (and leaves *out untouched) for a NULL argument, a module of
+ * another model, no such param, or weights not bound yet: callers name what they needed. */
+lh_status lh_model_param_tensor(const lh_model *m, const lh_module *mod, const char *param,
+                                lh_tensor *out);
+/* The same by full module name ("" for the root); LH_E_USAGE also when there is no such
+ * module. */
+lh_status lh_model_param_tensor_by_name(const lh_model *m, const char *module_name,
+                                        const char *param, lh_tensor *out);
 
 /* ---- building blocks: the implementations behind the host API table (lh_plugin.h) ---- */
 lh_module *lh_build_module_root(lh_build *b);

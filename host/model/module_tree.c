@@ -5,6 +5,7 @@
 #include "../core/err.h"
 #include "../core/log.h"
 #include "../core/strutil.h"
+#include "../weights/checkpoint.h"
 #include "lh_kernels.h"
 
 #include <inttypes.h>
@@ -376,6 +377,18 @@ lh_module *lh_tree_next(const lh_module *m)
     return NULL;
 }
 
+lh_param *lh_tree_next_param(const lh_build *b, const lh_param *p)
+{
+    if (!b)
+        return NULL;
+    if (p && p->next)
+        return p->next;
+    for (const lh_module *m = p ? lh_tree_next(p->owner) : b->root; m; m = lh_tree_next(m))
+        if (m->params)
+            return m->params;
+    return NULL;
+}
+
 /* ---- attention-layer table ---------------------------------------------------------------- */
 
 static uint64_t hash_i64(int64_t v)
@@ -586,6 +599,14 @@ void lh_model_free(lh_model *m)
 {
     if (!m)
         return;
+    if (m->b)
+        for (lh_param *p = lh_tree_next_param(m->b, NULL); p; p = lh_tree_next_param(m->b, p))
+            if (p->data_owned) {
+                free(p->data);
+                p->data = NULL;
+                p->data_owned = false;
+            }
+    lh_checkpoint_close(m->weights); /* after the buffers: nothing points into it any more */
     lh_tree_build_free(m->b);
     free(m->provider);
     free(m);

@@ -24,6 +24,12 @@ typedef struct lh_param {
     int tie_dependents;          /* how many params are tied to this one */
     struct lh_module *owner;
     struct lh_param *next;
+    /* Weight data, set by lh_model_bind_weights (host/weights/bind.c); NULL before. numel
+     * elements of `dtype`, row-major. Either a pointer into the model's checkpoint mapping
+     * (read-only, data_owned false) or an aligned buffer the model owns (data_owned true,
+     * freed by lh_model_free). A tied param points at its source's data, never owned. */
+    void *data;
+    bool data_owned;
 } lh_param;
 
 struct lh_module {
@@ -89,6 +95,10 @@ struct lh_model {
     int64_t max_seq_len;         /* resolved: run config, else max_position_embeddings, else 0 */
     int64_t max_batch_size;      /* run config, else 1 */
     int64_t quantized_linears;
+    /* The checkpoint the weights are bound from: owned by the model once
+     * lh_model_bind_weights succeeds (closed by lh_model_free); NULL before. */
+    struct lh_checkpoint *weights;
+    lh_bind_stats bind_stats;    /* what the bind did (valid when weights != NULL) */
 };
 
 /* ---- module_tree.c ---- */
@@ -109,6 +119,9 @@ lh_module *lh_tree_lookup(const lh_build *b, const char *full_name);
 lh_status lh_tree_register_attention(lh_build *b, lh_module *m, int64_t layer_index);
 /* Pre-order walk: the node after m (children first, in insertion order), NULL at the end. */
 lh_module *lh_tree_next(const lh_module *m);
+/* Every param of the tree: modules in pre-order (root first), each module's params in
+ * insertion order; tied params included. Start with p = NULL; NULL after the last. */
+lh_param *lh_tree_next_param(const lh_build *b, const lh_param *p);
 /* Checked arithmetic for shapes and byte counts. */
 bool lh_tree_mul(int64_t a, int64_t b, int64_t *out);
 bool lh_tree_add(int64_t a, int64_t b, int64_t *out);

@@ -985,6 +985,103 @@ class TestRunConfig(CliTestCase):
         self.assertNotIn(rc, (1, 2, 3), err)
 
 
+# ---- inference: run and logits ---------------------------------------------------------------
+
+MODELS = os.path.join(FIXTURES, "models")
+
+
+def read_npy_f32(path):
+    """Minimal .npy reader for '<f4' C-order arrays (the CI has no numpy)."""
+    import ast
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:6] == b"\x93NUMPY", "not a .npy file"
+    major = data[6]
+    if major == 1:
+        (hlen,) = struct.unpack("<H", data[8:10])
+        start = 10
+    else:
+        (hlen,) = struct.unpack("<I", data[8:12])
+        start = 12
+    header = ast.literal_eval(data[start:start + hlen].decode("latin1"))
+    assert header["descr"] == "<f4" and not header["fortran_order"], header
+    shape = header["shape"]
+    count = 1
+    for d in shape:
+        count *= d
+    values = struct.unpack("<%df" % count, data[start + hlen:start + hlen + 4 * count])
+    return shape, values
+
+
+class TestInference(CliTestCase):
+
+    def reference(self, model):
+        with open(os.path.join(MODELS, model, "reference.json")) as f:
+            return json.load(f)
+
+    def test_run_json_matches_transformers_greedy(self):
+        ref = self.reference("llama-mha-f32")
+        args = ["run", os.path.join(MODELS, "llama-mha-f32"), "-n", "32", "--json",
+                "--max-batch-size", "4"]
+        for p in ref["prompts"]:
+            args += ["--prompt-tokens", ",".join(str(t) for t in p)]
+        rc, out, err = cli(*args)
+        self.assertEqual(rc, 0, err)
+        lines = out.strip().splitlines()
+        self.assertEqual(len(lines), len(ref["prompts"]))
+        for line, want in zip(lines, ref["greedy"]):
+            self.assertEqual(json.loads(line), {"tokens": want})
+
+    def test_run_text_output_and_threads(self):
+        ref = self.reference("qwen3-f32")
+        prompt = ",".join(str(t) for t in ref["prompts"][0])
+        rc, out, err = cli("run", os.path.join(MODELS, "qwen3-f32"), "--prompt-tokens", prompt,
+                           "-n", "8", "--threads", "1")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual([int(t) for t in out.split()], ref["greedy"][0][:8])
+
+    def test_logits_npy_matches_transformers(self):
+        ref = self.reference("mistral-swa-f32")
+        prompt = ref["prompts"][1]
+        out_path = os.path.join(self.tmp, "logits.npy")
+        rc, out, err = cli("logits", os.path.join(MODELS, "mistral-swa-f32"), "--tokens",
+                           ",".join(str(t) for t in prompt), "--out", out_path)
+        self.assertEqual(rc, 0, err)
+        shape, ours = read_npy_f32(out_path)
+        want_shape, want = read_npy_f32(os.path.join(MODELS, "mistral-swa-f32", "logits_1.npy"))
+        self.assertEqual(tuple(shape), tuple(want_shape))
+        self.assertEqual(shape[0], len(prompt))
+        worst = max(abs(a - b) for a, b in zip(ours, want))
+        self.assertLessEqual(worst, 2e-4)
+
+    def test_bad_token_lists_are_usage_errors(self):
+        model = os.path.join(MODELS, "llama-mha-f32")
+        for bad in ("1,,2", "a,b", "-1", "1,2,", ""):
+            rc, out, err = cli("run", model, "--prompt-tokens", bad)
+            self.assertEqual(rc, 2, (bad, err))
+        rc, out, err = cli("run", model, "--prompt-tokens", "1,99999")
+        self.assert_error((rc, out, err), 2, "usage", "outside the vocabulary")
+        rc, out, err = cli("run", model)
+        self.assertEqual(rc, 2, err)
+        rc, out, err = cli("logits", model, "--tokens", "1,2")
+        self.assertEqual(rc, 2, err)  # --out missing
+
+    def test_run_on_config_without_weights_is_io_error(self):
+        rc, out, err = cli("run", cfg("llama-3.1-8b"), "--prompt-tokens", "1,2")
+        self.assert_error((rc, out, err), 13, "io-error", "safetensors")
+
+    def test_logits_unwritable_output_is_io_error(self):
+        rc, out, err = cli("logits", os.path.join(MODELS, "llama-mha-f32"), "--tokens", "1,2",
+                           "--out", os.path.join(self.tmp, "no-such-dir", "x.npy"))
+        self.assert_error((rc, out, err), 13, "io-error", "no-such-dir")
+
+    def test_unknown_attention_backend(self):
+        rc, out, err = cli("run", os.path.join(MODELS, "llama-mha-f32"), "--prompt-tokens", "1",
+                           "--attn-backend", "vanila")
+        self.assert_error((rc, out, err), 4, "unknown-name", "vanila", "vanilla")
+
+
 # ---- runner -------------------------------------------------------------------------------------
 
 def main():

@@ -648,6 +648,38 @@ static void test_rope_scaling_rules(void)
                LH_E_CONFIG, "rope_scaling.beta_fast");
 }
 
+/* transformers 5 spelling: rope_parameters carries the kind and rope_theta */
+static void test_rope_parameters(void)
+{
+    lh_model_config *cfg = parse_ok(BASE ", \"rope_parameters\": {\"rope_type\": \"llama3\", "
+                                         "\"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                                         "\"high_freq_factor\": 4.0, \"rope_theta\": 500000.0, "
+                                         "\"original_max_position_embeddings\": 8192}}");
+    if (cfg) {
+        CU_ASSERT_STRING_EQUAL(cfg->geo.rope_scaling.kind, "llama3");
+        CU_ASSERT_DOUBLE_EQUAL(cfg->geo.rope_scaling.factor, 8.0, 0);
+        CU_ASSERT_DOUBLE_EQUAL(cfg->geo.rope_scaling.high_freq_factor, 4.0, 0);
+        CU_ASSERT_EQUAL(cfg->geo.rope_scaling.original_max_position_embeddings, 8192);
+        CU_ASSERT_DOUBLE_EQUAL(cfg->geo.rope_theta, 500000.0, 0);
+        lh_model_config_free(cfg);
+    }
+    /* "default" keeps the plain rotation; rope_theta still comes from inside */
+    cfg = parse_ok(BASE ", \"rope_parameters\": {\"rope_type\": \"default\", "
+                        "\"rope_theta\": 1000000.0}}");
+    if (cfg) {
+        CU_ASSERT_STRING_EQUAL(cfg->geo.rope_scaling.kind, "default");
+        CU_ASSERT_DOUBLE_EQUAL(cfg->geo.rope_theta, 1000000.0, 0);
+        lh_model_config_free(cfg);
+    }
+    EXPECT_ERR(BASE ", \"rope_parameters\": {\"rope_type\": \"default\", "
+                    "\"rope_theta\": -1}}",
+               LH_E_CONFIG, "rope_parameters.rope_theta=-1", "> 0");
+    EXPECT_ERR(BASE ", \"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 0}}",
+               LH_E_CONFIG, "rope_parameters.factor=0");
+    EXPECT_ERR(BASE ", \"rope_parameters\": [1]}", LH_E_CONFIG, "rope_parameters",
+               "an object or null");
+}
+
 static void test_dtype_rules(void)
 {
     static const struct {
@@ -881,6 +913,7 @@ static CU_TestInfo good_tests[] = {
     {"smollm2-135m", test_smollm2},
     {"load by config.json path", test_load_json_file_path},
     {"defaults", test_defaults},
+    {"rope_parameters (transformers 5)", test_rope_parameters},
     CU_TEST_INFO_NULL,
 };
 

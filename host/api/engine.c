@@ -1,0 +1,152 @@
+/* The public inference API (llmhost.h, "inference"): an engine is one resolved, built and
+ * weight-bound model with its kernel context and attention backend. */
+#include "llmhost.h"
+
+#include "api/host_api_table.h"
+#include "api/host_internal.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "model/model.h"
+#include "resolve/resolve.h"
+#include "runtime/decoder.h"
+#include "runtime/generate.h"
+#include "weights/checkpoint.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define LH_DEFAULT_ATTN_BACKEND "vanilla"
+
+struct lh_engine {
+    lh_host *host;
+    lh_run_config rc;
+    lh_model_config *cfg;
+    lh_resolution res;
+    lh_model *model;
+    lh_kctx *kctx;
+    lh_decoder dec;
+    bool dec_ready;
+};
+
+void lh_engine_close(lh_engine *e)
+{
+    if (!e)
+        return;
+    if (e->dec_ready)
+        lh_decoder_free(&e->dec);
+    lh_k_ctx_free(e->kctx);
+    lh_model_free(e->model);
+    lh_resolution_free(&e->res);
+    lh_model_config_free(e->cfg);
+    lh_run_config_free(&e->rc);
+    free(e);
+}
+
+static lh_status attention_ops(lh_host *h, const char *name, const lh_attn_ops **ops, lh_err *err)
+{
+    const lh_reg_entry *entry;
+    lh_registry_lock(&h->reg);
+    lh_status st = lh_registry_ensure(&h->reg, LH_KIND_ATTENTION_BACKEND, name, &entry, err);
+    lh_registry_unlock(&h->reg);
+    if (st != LH_OK)
+        return lh_err_prefix(err, "attention backend");
+    const lh_attn_backend_provider *p = &entry->p.attn;
+    if (p->struct_size < offsetof(lh_attn_backend_provider, ops) + sizeof p->ops || !p->ops ||
+        !p->ops->create || !p->ops->forward || !p->ops->destroy)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "attention backend '%s' (%s) has no forward "
+                          "implementation", entry->name, entry->module->path);
+    *ops = p->ops;
+    return LH_OK;
+}
+
+/* The cache must hold what the model can address; dynamic NTK scaling exists to go beyond the
+ * trained length, so it gets factor x that. */
+static int64_t default_max_seq_len(const lh_model_config *cfg)
+{
+    const lh_model_geometry *g = &cfg->geo;
+    int64_t n = g->max_position_embeddings > 0 ? g->max_position_embeddings : 4096;
+    if (g->rope_scaling.kind && strcmp(g->rope_scaling.kind, "dynamic") == 0 &&
+        g->rope_scaling.factor > 1.0)
+        n = (int64_t)((double)n * g->rope_scaling.factor);
+    return n;
+}
+
+lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out, lh_err *err)
+{
+    *out = NULL;
+    lh_err_clear(err);
+    if (!h || !o || !o->model)
+        return lh_err_set(err, LH_E_USAGE, "lh_engine_open: host, options and model are required");
+    lh_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    e->host = h;
+    lh_resolve_request req = {.struct_size = sizeof req, .model = o->model,
+                              .config_file = o->config_file, .overrides = o->overrides};
+    lh_status st = lh_prepare_request(&req, &e->rc, &e->cfg, err);
+    if (st == LH_OK)
+        st = lh_resolve(&h->reg, e->cfg, &e->rc, &e->res, err);
+    if (st == LH_OK && e->res.kind != LH_KIND_MODEL)
+        st = lh_err_set(err, LH_E_UNSUPPORTED, "%s resolves to a %s; only causal LMs generate",
+                        e->cfg->path, lh_kind_name(e->res.kind));
+    if (st == LH_OK)
+        st = lh_model_build(lh_host_api_table(), &e->res.entry->p.model, e->cfg, &e->rc,
+                            &e->model, err);
+    lh_checkpoint *ck = NULL;
+    if (st == LH_OK)
+        st = lh_checkpoint_open(e->cfg->dir, &ck, err);
+    if (st == LH_OK) {
+        st = lh_model_bind_weights(e->model, ck, err); /* the model owns ck from here on */
+        ck = NULL;
+    }
+    const lh_attn_ops *ops = NULL;
+    if (st == LH_OK)
+        st = attention_ops(h, o->attn_backend ? o->attn_backend : LH_DEFAULT_ATTN_BACKEND, &ops,
+                           err);
+    if (st == LH_OK) {
+        lh_device cpu = {LH_DEVICE_CPU, 0};
+        e->kctx = lh_k_ctx_create(o->n_threads, cpu);
+        if (!e->kctx)
+            st = lh_err_set(err, LH_E_NOMEM, "cannot create the kernel context (%d threads)",
+                            o->n_threads);
+    }
+    if (st == LH_OK) {
+        int64_t max_seq = e->rc.max_seq_len ? e->rc.max_seq_len : default_max_seq_len(e->cfg);
+        st = lh_decoder_init(&e->dec, e->model, e->cfg, ops, max_seq, e->rc.max_batch_size, err);
+        e->dec_ready = st == LH_OK;
+    }
+    if (st != LH_OK) {
+        lh_err_prefix(err, "opening %s", o->model);
+        lh_engine_close(e);
+        return st;
+    }
+    lh_log(LH_LOG_INFO, "engine: %s via %s, %d threads (%s kernels)", e->res.resolved,
+           e->res.entry->module->path, lh_k_ctx_threads(e->kctx),
+           lh_k_isa_name(lh_k_ctx_isa(e->kctx)));
+    *out = e;
+    return LH_OK;
+}
+
+int64_t lh_engine_vocab_size(const lh_engine *e)
+{
+    return e ? e->dec.vocab : 0;
+}
+
+lh_status lh_engine_logits(lh_engine *e, const int32_t *tokens, int64_t n, float *out,
+                           lh_err *err)
+{
+    lh_err_clear(err);
+    if (!e || !tokens || !out)
+        return lh_err_set(err, LH_E_USAGE, "lh_engine_logits: NULL argument");
+    return lh_sequence_logits(&e->dec, e->kctx, tokens, n, out, err);
+}
+
+lh_status lh_engine_generate_greedy(lh_engine *e, const int32_t *const *prompts,
+                                    const int64_t *lens, int64_t n_seqs, int64_t max_new,
+                                    int32_t *out, lh_err *err)
+{
+    lh_err_clear(err);
+    if (!e || !prompts || !lens || (!out && max_new > 0))
+        return lh_err_set(err, LH_E_USAGE, "lh_engine_generate_greedy: NULL argument");
+    return lh_generate_greedy(&e->dec, e->kctx, prompts, lens, n_seqs, max_new, out, err);
+}

@@ -1,0 +1,168 @@
+/* llmhost run / logits: inference from token ids. */
+#include "cli_commands.h"
+
+#include "llmhost.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int report(const lh_err *err)
+{
+    fprintf(stderr, "llmhost: error [%s]: %s\n", lh_status_name(err->code), err->msg);
+    return (int)err->code;
+}
+
+/* "1,2,3" -> ids. Returns 0, or 2 after printing why. *ids malloc'ed. */
+static int parse_ids(const char *cmd, const char *flag, const char *text, int32_t **ids,
+                     int64_t *n)
+{
+    *ids = NULL;
+    *n = 0;
+    size_t cap = 1;
+    for (const char *p = text; *p; p++)
+        cap += *p == ',';
+    int32_t *out = malloc(cap * sizeof *out);
+    if (!out) {
+        fprintf(stderr, "llmhost %s: out of memory\n", cmd);
+        return 2;
+    }
+    const char *p = text;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "llmhost %s: %s '%s': token %lld is not an id (a whole number >= 0 "
+                    "in a comma-separated list)\n", cmd, flag, text, (long long)*n);
+            free(out);
+            return 2;
+        }
+        out[(*n)++] = (int32_t)v;
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    *ids = out;
+    return 0;
+}
+
+static int open_engine(const lh_cli_args *a, lh_host **h, lh_engine **e, lh_err *err)
+{
+    *e = NULL;
+    lh_host_options opts = {.struct_size = sizeof opts,
+                            .allow_insecure_plugins = a->allow_insecure};
+    lh_status st = lh_validate_run_config(a->config_file, (const char *const *)a->overrides, err);
+    if (st == LH_OK)
+        st = lh_host_create(&opts, h, err);
+    for (size_t i = 0; st == LH_OK && i < a->n_custom_dirs; i++)
+        st = lh_host_add_custom_dir(*h, a->custom_dirs[i], err);
+    if (st == LH_OK)
+        st = lh_host_add_custom_dirs_from_env(*h, err);
+    lh_engine_options eo = {.struct_size = sizeof eo, .model = a->model,
+                            .config_file = a->config_file,
+                            .overrides = (const char *const *)a->overrides,
+                            .n_threads = a->threads, .attn_backend = a->attn_backend};
+    if (st == LH_OK)
+        st = lh_engine_open(*h, &eo, e, err);
+    return (int)st;
+}
+
+static const char run_help[] =
+    "usage: llmhost run MODEL --prompt-tokens IDS [--prompt-tokens IDS]... [-n N] [--json]\n"
+    "       [--threads N] [--attn-backend NAME] [--config FILE.yaml] [run-config flags]\n"
+    "Greedy generation from token ids (comma-separated), all prompts in one batch.\n"
+    "-n N (--max-new-tokens) new tokens per prompt (default 32). With --json, one line per\n"
+    "prompt: {\"tokens\": [generated ids]}.\n";
+
+int lh_cli_run(const lh_cli_args *a)
+{
+    if (a->help) {
+        printf("%s\n%s", run_help, lh_cli_exit_status_text);
+        return 0;
+    }
+    if (!a->model || a->n_prompts == 0) {
+        fprintf(stderr, "llmhost run: MODEL and at least one --prompt-tokens are required\n");
+        return LH_E_USAGE;
+    }
+    int64_t max_new = a->max_new >= 0 ? a->max_new : 32;
+    int32_t *ids[LH_CLI_MAX_DIRS] = {0};
+    int64_t lens[LH_CLI_MAX_DIRS] = {0};
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < a->n_prompts; i++)
+        rc = parse_ids("run", "--prompt-tokens", a->prompt_tokens[i], &ids[i], &lens[i]);
+    lh_err err = {0};
+    lh_host *h = NULL;
+    lh_engine *e = NULL;
+    int32_t *out = NULL;
+    if (rc == 0 && (rc = open_engine(a, &h, &e, &err)) != 0)
+        rc = report(&err);
+    if (rc == 0) {
+        out = malloc((size_t)(a->n_prompts * (size_t)(max_new ? max_new : 1)) * sizeof *out);
+        if (!out) {
+            fprintf(stderr, "llmhost run: out of memory\n");
+            rc = LH_E_NOMEM;
+        }
+    }
+    if (rc == 0 && lh_engine_generate_greedy(e, (const int32_t *const *)ids, lens,
+                                             (int64_t)a->n_prompts, max_new, out, &err) != LH_OK)
+        rc = report(&err);
+    for (size_t s = 0; rc == 0 && s < a->n_prompts; s++) {
+        fputs(a->json ? "{\"tokens\": [" : "", stdout);
+        for (int64_t k = 0; k < max_new; k++)
+            printf("%s%d", k ? (a->json ? ", " : " ") : "", out[s * (size_t)max_new + (size_t)k]);
+        fputs(a->json ? "]}\n" : "\n", stdout);
+    }
+    free(out);
+    for (size_t i = 0; i < a->n_prompts; i++)
+        free(ids[i]);
+    lh_engine_close(e);
+    lh_host_free(h);
+    return rc;
+}
+
+static const char logits_help[] =
+    "usage: llmhost logits MODEL --tokens IDS --out FILE.npy [--threads N] [--config FILE.yaml]\n"
+    "Writes the float32 logits of every position, shape [tokens, vocab], as a NumPy .npy file.\n";
+
+int lh_cli_logits(const lh_cli_args *a)
+{
+    if (a->help) {
+        printf("%s\n%s", logits_help, lh_cli_exit_status_text);
+        return 0;
+    }
+    if (!a->model || !a->tokens || !a->out_file) {
+        fprintf(stderr, "llmhost logits: MODEL, --tokens and --out are required\n");
+        return LH_E_USAGE;
+    }
+    int32_t *ids;
+    int64_t n;
+    int rc = parse_ids("logits", "--tokens", a->tokens, &ids, &n);
+    if (rc)
+        return rc;
+    lh_err err = {0};
+    lh_host *h = NULL;
+    lh_engine *e = NULL;
+    float *logits = NULL;
+    if ((rc = open_engine(a, &h, &e, &err)) != 0)
+        rc = report(&err);
+    int64_t vocab = rc == 0 ? lh_engine_vocab_size(e) : 0;
+    if (rc == 0 && !(logits = malloc((size_t)n * (size_t)vocab * sizeof *logits))) {
+        fprintf(stderr, "llmhost logits: out of memory for %lld x %lld logits\n", (long long)n,
+                (long long)vocab);
+        rc = LH_E_NOMEM;
+    }
+    if (rc == 0 && lh_engine_logits(e, ids, n, logits, &err) != LH_OK)
+        rc = report(&err);
+    if (rc == 0 && lh_save_npy_f32(a->out_file, logits, n, vocab, &err) != LH_OK)
+        rc = report(&err);
+    if (rc == 0 && a->json)
+        printf("{\"out\": \"%s\", \"shape\": [%lld, %lld]}\n", a->out_file, (long long)n,
+               (long long)vocab);
+    free(logits);
+    free(ids);
+    lh_engine_close(e);
+    lh_host_free(h);
+    return rc;
+}

@@ -1,0 +1,316 @@
+#include "decoder.h"
+
+#include "core/err.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- binding the tree's tensors ------------------------------------------------------------ */
+
+static lh_status need(const lh_model *m, const char *module, const char *param, lh_tensor *out,
+                      lh_err *err)
+{
+    lh_status st = lh_model_param_tensor_by_name(m, module, param, out);
+    if (st != LH_OK)
+        return lh_err_set(err, LH_E_UNSUPPORTED,
+                          "the forward pass of the standard decoder LM needs %s.%s, which this "
+                          "model's tree lacks or has not bound (%s)",
+                          module, param, lh_status_name(st));
+    return LH_OK;
+}
+
+static bool has(const lh_model *m, const char *module, const char *param, lh_tensor *out)
+{
+    return lh_model_param_tensor_by_name(m, module, param, out) == LH_OK;
+}
+
+static lh_status bind_layer(lh_decoder_layer *L, const lh_model *m, int64_t i, lh_err *err)
+{
+    char p[160];
+    lh_status st;
+#define NEED(suffix, param, field)                                                      \
+    do {                                                                                \
+        snprintf(p, sizeof p, "model.layers.%lld.%s", (long long)i, suffix);            \
+        if ((st = need(m, p, param, &L->field, err)) != LH_OK)                          \
+            return st;                                                                  \
+    } while (0)
+    NEED("input_layernorm", "weight", input_norm);
+    NEED("post_attention_layernorm", "weight", post_norm);
+    NEED("self_attn.q_proj", "weight", wq);
+    NEED("self_attn.k_proj", "weight", wk);
+    NEED("self_attn.v_proj", "weight", wv);
+    NEED("self_attn.o_proj", "weight", wo);
+    NEED("mlp.gate_proj", "weight", w_gate);
+    NEED("mlp.up_proj", "weight", w_up);
+    NEED("mlp.down_proj", "weight", w_down);
+    snprintf(p, sizeof p, "model.layers.%lld.self_attn.q_proj", (long long)i);
+    L->has_qkv_bias = has(m, p, "bias", &L->bq);
+    if (L->has_qkv_bias) {
+        NEED("self_attn.k_proj", "bias", bk);
+        NEED("self_attn.v_proj", "bias", bv);
+    }
+    snprintf(p, sizeof p, "model.layers.%lld.self_attn.o_proj", (long long)i);
+    L->has_o_bias = has(m, p, "bias", &L->bo);
+    snprintf(p, sizeof p, "model.layers.%lld.self_attn.q_norm", (long long)i);
+    L->qk_norm = has(m, p, "weight", &L->q_norm);
+    if (L->qk_norm)
+        NEED("self_attn.k_norm", "weight", k_norm);
+#undef NEED
+    return LH_OK;
+}
+
+lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_config *cfg,
+                          const lh_attn_ops *ops, int64_t max_seq_len, int64_t max_seqs,
+                          lh_err *err)
+{
+    memset(d, 0, sizeof *d);
+    const lh_model_geometry *g = &cfg->geo;
+    if (g->has_mla)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "%s: multi-head latent attention has no forward "
+                          "pass yet (kv_lora_rank is set)", cfg->path);
+    d->hidden = g->hidden_size;
+    d->intermediate = g->intermediate_size;
+    d->n_layers = g->num_hidden_layers;
+    d->heads = g->num_attention_heads;
+    d->kv_heads = g->num_key_value_heads;
+    d->head_dim = g->head_dim;
+    d->vocab = g->vocab_size;
+    d->eps = (float)g->rms_norm_eps;
+    d->attn_ops = ops;
+    d->max_seq_len = max_seq_len;
+    d->max_seqs = max_seqs;
+    lh_status st = need(m, "model.embed_tokens", "weight", &d->embed, err);
+    if (st == LH_OK)
+        st = need(m, "model.norm", "weight", &d->final_norm, err);
+    if (st == LH_OK)
+        st = need(m, "lm_head", "weight", &d->lm_head, err);
+    if (st != LH_OK)
+        return st;
+    d->layers = calloc((size_t)d->n_layers, sizeof *d->layers);
+    if (!d->layers)
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    for (int64_t i = 0; i < d->n_layers && st == LH_OK; i++)
+        st = bind_layer(&d->layers[i], m, i, err);
+    if (st == LH_OK) {
+        st = lh_k_rope_init(&d->rope, d->head_dim, g->rope_theta, &g->rope_scaling,
+                            g->max_position_embeddings);
+        if (st != LH_OK)
+            lh_err_set(err, st, "%s: rope_scaling: cannot build the RoPE table (kind '%s')",
+                       cfg->path, g->rope_scaling.kind ? g->rope_scaling.kind : "default");
+    }
+    for (int64_t i = 0; i < d->n_layers && st == LH_OK; i++) {
+        lh_attn_geometry ag = {
+            .struct_size = sizeof ag,
+            .layer_index = i,
+            .num_heads = d->heads,
+            .num_kv_heads = d->kv_heads,
+            .head_dim = d->head_dim,
+            .sliding_window = g->sliding_window,
+            .scale = (float)(1.0 / sqrt((double)d->head_dim)),
+            .max_seq_len = max_seq_len,
+            .max_seqs = max_seqs,
+        };
+        char msg[512] = "";
+        st = ops->create(&ag, &d->layers[i].attn, msg, sizeof msg);
+        if (st != LH_OK)
+            lh_err_set(err, st, "attention backend: %s", msg);
+    }
+    if (st != LH_OK)
+        lh_decoder_free(d);
+    return st;
+}
+
+static void free_scratch(lh_decoder *d)
+{
+    free(d->resid);
+    free(d->h);
+    free(d->q);
+    free(d->k);
+    free(d->v);
+    free(d->attn_out);
+    free(d->proj);
+    free(d->gate);
+    free(d->up);
+    d->resid = d->h = d->q = d->k = d->v = d->attn_out = d->proj = d->gate = d->up = NULL;
+    d->scratch_tokens = 0;
+}
+
+void lh_decoder_free(lh_decoder *d)
+{
+    if (!d)
+        return;
+    if (d->layers)
+        for (int64_t i = 0; i < d->n_layers; i++)
+            if (d->layers[i].attn)
+                d->attn_ops->destroy(d->layers[i].attn);
+    free(d->layers);
+    lh_k_rope_free(&d->rope);
+    free_scratch(d);
+    memset(d, 0, sizeof *d);
+}
+
+void lh_decoder_release(lh_decoder *d, int64_t slot)
+{
+    if (d->attn_ops->release)
+        for (int64_t i = 0; i < d->n_layers; i++)
+            d->attn_ops->release(d->layers[i].attn, slot);
+}
+
+static lh_status reserve_scratch(lh_decoder *d, int64_t T, lh_err *err)
+{
+    if (T <= d->scratch_tokens)
+        return LH_OK;
+    free_scratch(d);
+    size_t t = (size_t)T;
+    size_t qd = (size_t)(d->heads * d->head_dim), kvd = (size_t)(d->kv_heads * d->head_dim);
+    size_t wide = (size_t)d->hidden > qd ? (size_t)d->hidden : qd;
+    d->resid = malloc(t * (size_t)d->hidden * sizeof(float));
+    d->h = malloc(t * (size_t)d->hidden * sizeof(float));
+    d->q = malloc(t * qd * sizeof(float));
+    d->k = malloc(t * kvd * sizeof(float));
+    d->v = malloc(t * kvd * sizeof(float));
+    d->attn_out = malloc(t * qd * sizeof(float));
+    d->proj = malloc(t * wide * sizeof(float));
+    d->gate = malloc(t * (size_t)d->intermediate * sizeof(float));
+    d->up = malloc(t * (size_t)d->intermediate * sizeof(float));
+    if (!d->resid || !d->h || !d->q || !d->k || !d->v || !d->attn_out || !d->proj || !d->gate ||
+        !d->up) {
+        free_scratch(d);
+        return lh_err_set(err, LH_E_NOMEM, "out of memory for activations of %lld tokens",
+                          (long long)T);
+    }
+    d->scratch_tokens = T;
+    return LH_OK;
+}
+
+static lh_tensor mat(float *data, int64_t rows, int64_t cols)
+{
+    int64_t shape[2] = {rows, cols};
+    return lh_tensor_cpu(LH_DTYPE_F32, data, 2, shape);
+}
+
+static lh_status kcheck(lh_status st, lh_kctx *kctx, const char *what, int64_t layer, lh_err *err)
+{
+    if (st == LH_OK)
+        return LH_OK;
+    if (layer >= 0)
+        return lh_err_set(err, st, "layer %lld %s: %s", (long long)layer, what,
+                          lh_k_last_error(kctx));
+    return lh_err_set(err, st, "%s: %s", what, lh_k_last_error(kctx));
+}
+
+/* q/k [T, heads, D]: per-head RMSNorm (Qwen3), then RoPE per sequence with its own length. */
+static lh_status qk_prepare(lh_decoder *d, lh_kctx *kctx, const lh_decoder_layer *L,
+                            const lh_attn_step *step, float *x, int64_t nh,
+                            const lh_tensor *norm_w, int64_t layer, lh_err *err)
+{
+    const int64_t T = step->n_tokens, D = d->head_dim;
+    lh_status st;
+    if (L->qk_norm) {
+        lh_tensor rows = mat(x, T * nh, D);
+        st = lh_k_rmsnorm(kctx, &rows, norm_w, d->eps, 0.0f, &rows);
+        if ((st = kcheck(st, kctx, "q/k norm", layer, err)) != LH_OK)
+            return st;
+    }
+    for (int64_t s = 0; s < step->n_seqs; s++) {
+        int64_t shape[3] = {step->n_new[s], nh, D};
+        lh_tensor part = lh_tensor_cpu(LH_DTYPE_F32, x + step->token_start[s] * nh * D, 3, shape);
+        int64_t seq_len = step->ctx_len[s] + step->n_new[s];
+        st = lh_k_rope_apply(kctx, &d->rope, &part, step->positions + step->token_start[s],
+                             seq_len);
+        if ((st = kcheck(st, kctx, "rope", layer, err)) != LH_OK)
+            return st;
+    }
+    return LH_OK;
+}
+
+static lh_status layer_forward(lh_decoder *d, lh_kctx *kctx, const lh_attn_step *step,
+                               int64_t li, lh_err *err)
+{
+    lh_decoder_layer *L = &d->layers[li];
+    const int64_t T = step->n_tokens, H = d->heads, KVH = d->kv_heads, D = d->head_dim;
+    lh_tensor h = mat(d->h, T, d->hidden), resid = mat(d->resid, T, d->hidden);
+    lh_tensor q = mat(d->q, T, H * D), k = mat(d->k, T, KVH * D), v = mat(d->v, T, KVH * D);
+    lh_status st = lh_k_matmul(kctx, &h, &L->wq, L->has_qkv_bias ? &L->bq : NULL, &q);
+    if (st == LH_OK)
+        st = lh_k_matmul(kctx, &h, &L->wk, L->has_qkv_bias ? &L->bk : NULL, &k);
+    if (st == LH_OK)
+        st = lh_k_matmul(kctx, &h, &L->wv, L->has_qkv_bias ? &L->bv : NULL, &v);
+    if ((st = kcheck(st, kctx, "q/k/v projection", li, err)) != LH_OK)
+        return st;
+    if ((st = qk_prepare(d, kctx, L, step, d->q, H, &L->q_norm, li, err)) != LH_OK ||
+        (st = qk_prepare(d, kctx, L, step, d->k, KVH, &L->k_norm, li, err)) != LH_OK)
+        return st;
+
+    int64_t qs[3] = {T, H, D}, ks[3] = {T, KVH, D};
+    lh_tensor q3 = lh_tensor_cpu(LH_DTYPE_F32, d->q, 3, qs);
+    lh_tensor k3 = lh_tensor_cpu(LH_DTYPE_F32, d->k, 3, ks);
+    lh_tensor v3 = lh_tensor_cpu(LH_DTYPE_F32, d->v, 3, ks);
+    lh_tensor o3 = lh_tensor_cpu(LH_DTYPE_F32, d->attn_out, 3, qs);
+    char msg[512] = "";
+    st = d->attn_ops->forward(L->attn, kctx, step, &q3, &k3, &v3, &o3, msg, sizeof msg);
+    if (st != LH_OK)
+        return lh_err_set(err, st, "layer %lld attention: %s", (long long)li, msg);
+
+    lh_tensor attn_out = mat(d->attn_out, T, H * D), proj = mat(d->proj, T, d->hidden);
+    st = lh_k_matmul(kctx, &attn_out, &L->wo, L->has_o_bias ? &L->bo : NULL, &proj);
+    if (st == LH_OK) /* residual += attention; h = post_attention_layernorm(residual) */
+        st = lh_k_add_rmsnorm(kctx, &resid, &proj, &L->post_norm, d->eps, 0.0f, &h);
+    if ((st = kcheck(st, kctx, "attention output", li, err)) != LH_OK)
+        return st;
+
+    lh_tensor gate = mat(d->gate, T, d->intermediate), up = mat(d->up, T, d->intermediate);
+    st = lh_k_matmul(kctx, &h, &L->w_gate, NULL, &gate);
+    if (st == LH_OK)
+        st = lh_k_matmul(kctx, &h, &L->w_up, NULL, &up);
+    if (st == LH_OK)
+        st = lh_k_silu_mul(kctx, &gate, &up, &gate);
+    if (st == LH_OK)
+        st = lh_k_matmul(kctx, &gate, &L->w_down, NULL, &proj);
+    /* the norm fusion chain: residual += mlp; h = next layer's input norm (or the final norm) */
+    const lh_tensor *next = li + 1 < d->n_layers ? &d->layers[li + 1].input_norm : &d->final_norm;
+    if (st == LH_OK)
+        st = lh_k_add_rmsnorm(kctx, &resid, &proj, next, d->eps, 0.0f, &h);
+    return kcheck(st, kctx, "mlp", li, err);
+}
+
+lh_status lh_decoder_forward(lh_decoder *d, lh_kctx *kctx, const lh_attn_step *step,
+                             const int32_t *tokens, const int64_t *out_rows, int64_t n_out,
+                             float *logits, lh_err *err)
+{
+    const int64_t T = step->n_tokens;
+    if (T <= 0)
+        return lh_err_set(err, LH_E_USAGE, "forward: empty batch");
+    lh_status st = reserve_scratch(d, T, err);
+    if (st != LH_OK)
+        return st;
+    for (int64_t i = 0; i < d->n_layers; i++) {
+        char msg[512] = "";
+        if (d->attn_ops->prepare &&
+            (st = d->attn_ops->prepare(d->layers[i].attn, step, msg, sizeof msg)) != LH_OK)
+            return lh_err_set(err, st, "layer %lld attention prepare: %s", (long long)i, msg);
+    }
+    lh_tensor resid = mat(d->resid, T, d->hidden), h = mat(d->h, T, d->hidden);
+    st = lh_k_embedding(kctx, &d->embed, tokens, T, &resid);
+    if (st == LH_OK)
+        st = lh_k_rmsnorm(kctx, &resid, &d->layers[0].input_norm, d->eps, 0.0f, &h);
+    if ((st = kcheck(st, kctx, "embedding", -1, err)) != LH_OK)
+        return st;
+    for (int64_t i = 0; i < d->n_layers && st == LH_OK; i++)
+        st = layer_forward(d, kctx, step, i, err);
+    if (st != LH_OK || n_out == 0)
+        return st;
+    /* logits only for the rows asked for (usually each sequence's last token) */
+    for (int64_t i = 0; i < n_out; i++) {
+        if (out_rows[i] < 0 || out_rows[i] >= T)
+            return lh_err_set(err, LH_E_USAGE, "forward: logits row %lld outside the batch of "
+                              "%lld tokens", (long long)out_rows[i], (long long)T);
+        memcpy(d->proj + i * d->hidden, d->h + out_rows[i] * d->hidden,
+               (size_t)d->hidden * sizeof(float));
+    }
+    lh_tensor rows = mat(d->proj, n_out, d->hidden), out = mat(logits, n_out, d->vocab);
+    st = lh_k_matmul(kctx, &rows, &d->lm_head, NULL, &out);
+    return kcheck(st, kctx, "lm_head", -1, err);
+}

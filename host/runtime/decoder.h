@@ -1,0 +1,60 @@
+/* Internal: the forward pass of the standard decoder-only LM (the tree that
+ * lh_build_decoder_lm builds), over packed batches of several sequences.
+ *
+ * Numerics follow Hugging Face's Llama/Mistral/Qwen2/Qwen3 modules: activations in f32,
+ * weights as stored (f32, bf16, f16) with f32 accumulation, RMSNorm computed in f32, RoPE in
+ * the rotate_half layout, the residual add fused with the next norm (the norm fusion chain).
+ *
+ * Ownership: an lh_decoder borrows the bound model (tensors point into its weights) and the
+ * attention ops; it owns its per-layer attention instances, its RoPE table and its scratch. */
+#ifndef LH_RUNTIME_DECODER_H
+#define LH_RUNTIME_DECODER_H
+
+#include "config/model_config.h"
+#include "lh_attention.h"
+#include "lh_kernels.h"
+#include "model/model.h"
+
+typedef struct lh_decoder_layer {
+    lh_tensor input_norm, post_norm;
+    lh_tensor wq, wk, wv, wo;
+    lh_tensor bq, bk, bv, bo;
+    bool has_qkv_bias, has_o_bias;
+    bool qk_norm;
+    lh_tensor q_norm, k_norm;
+    lh_tensor w_gate, w_up, w_down;
+    lh_attn_layer *attn;
+} lh_decoder_layer;
+
+typedef struct lh_decoder {
+    int64_t hidden, intermediate, n_layers, heads, kv_heads, head_dim, vocab;
+    float eps;
+    lh_tensor embed, final_norm, lm_head;
+    lh_decoder_layer *layers;
+    lh_rope rope;
+    const lh_attn_ops *attn_ops;
+    int64_t max_seq_len, max_seqs;
+    /* scratch, sized for `scratch_tokens` tokens */
+    int64_t scratch_tokens;
+    float *resid, *h, *q, *k, *v, *attn_out, *proj, *gate, *up;
+} lh_decoder;
+
+/* Reads the bound tensors of `m` by their Hugging Face names, builds the RoPE table and one
+ * attention instance per layer. Errors: LH_E_UNSUPPORTED when the tree is not a standard
+ * decoder LM (names the first missing module), whatever the attention backend's create
+ * reports, LH_E_NOMEM. On error *d is left empty. */
+lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_config *cfg,
+                          const lh_attn_ops *ops, int64_t max_seq_len, int64_t max_seqs,
+                          lh_err *err);
+void lh_decoder_free(lh_decoder *d);
+
+/* One forward step over step->n_tokens packed tokens. For each of the n_out rows listed in
+ * out_rows (token indices into the batch) the logits [vocab] are written to
+ * logits[i * vocab ...]. */
+lh_status lh_decoder_forward(lh_decoder *d, lh_kctx *kctx, const lh_attn_step *step,
+                             const int32_t *tokens, const int64_t *out_rows, int64_t n_out,
+                             float *logits, lh_err *err);
+/* Frees a sequence slot in every layer's cache. */
+void lh_decoder_release(lh_decoder *d, int64_t slot);
+
+#endif

@@ -1,0 +1,176 @@
+#include "generate.h"
+
+#include "core/err.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct step_buf {
+    int32_t *tokens, *positions;
+    int64_t *token_start, *n_new, *ctx_len, *slot, *out_rows;
+    float *logits;
+} step_buf;
+
+static void step_buf_free(step_buf *b)
+{
+    free(b->tokens);
+    free(b->positions);
+    free(b->token_start);
+    free(b->n_new);
+    free(b->ctx_len);
+    free(b->slot);
+    free(b->out_rows);
+    free(b->logits);
+}
+
+static lh_status step_buf_alloc(step_buf *b, int64_t tokens, int64_t seqs, int64_t out_rows,
+                                int64_t vocab, lh_err *err)
+{
+    memset(b, 0, sizeof *b);
+    b->tokens = malloc((size_t)tokens * sizeof *b->tokens);
+    b->positions = malloc((size_t)tokens * sizeof *b->positions);
+    b->token_start = malloc((size_t)seqs * sizeof *b->token_start);
+    b->n_new = malloc((size_t)seqs * sizeof *b->n_new);
+    b->ctx_len = malloc((size_t)seqs * sizeof *b->ctx_len);
+    b->slot = malloc((size_t)seqs * sizeof *b->slot);
+    b->out_rows = malloc((size_t)out_rows * sizeof *b->out_rows);
+    b->logits = malloc((size_t)out_rows * (size_t)vocab * sizeof *b->logits);
+    if (!b->tokens || !b->positions || !b->token_start || !b->n_new || !b->ctx_len ||
+        !b->slot || !b->out_rows || !b->logits) {
+        step_buf_free(b);
+        return lh_err_set(err, LH_E_NOMEM, "out of memory for a step of %lld tokens",
+                          (long long)tokens);
+    }
+    return LH_OK;
+}
+
+static lh_attn_step make_step(const step_buf *b, int64_t n_tokens, int64_t n_seqs)
+{
+    lh_attn_step s = {
+        .struct_size = sizeof s,
+        .n_tokens = n_tokens,
+        .n_seqs = n_seqs,
+        .positions = b->positions,
+        .token_start = b->token_start,
+        .n_new = b->n_new,
+        .ctx_len = b->ctx_len,
+        .slot = b->slot,
+    };
+    return s;
+}
+
+static lh_status check_tokens(const lh_decoder *d, const int32_t *t, int64_t n, int64_t seq,
+                              lh_err *err)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (t[i] < 0 || t[i] >= d->vocab)
+            return lh_err_set(err, LH_E_USAGE, "sequence %lld: token %lld is id %d, outside the "
+                              "vocabulary [0, %lld)", (long long)seq, (long long)i, t[i],
+                              (long long)d->vocab);
+    return LH_OK;
+}
+
+/* argmax that keeps the first maximum, as torch.argmax does */
+static int32_t argmax_row(const float *row, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (row[i] > row[best])
+            best = i;
+    return (int32_t)best;
+}
+
+lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const *prompts,
+                             const int64_t *lens, int64_t n_seqs, int64_t max_new, int32_t *out,
+                             lh_err *err)
+{
+    if (n_seqs <= 0 || max_new < 0)
+        return lh_err_set(err, LH_E_USAGE, "generate: %lld sequences, %lld new tokens",
+                          (long long)n_seqs, (long long)max_new);
+    if (n_seqs > d->max_seqs)
+        return lh_err_set(err, LH_E_USAGE, "generate: %lld sequences, but max_batch_size is %lld",
+                          (long long)n_seqs, (long long)d->max_seqs);
+    int64_t total = 0;
+    for (int64_t s = 0; s < n_seqs; s++) {
+        if (lens[s] <= 0)
+            return lh_err_set(err, LH_E_USAGE, "generate: sequence %lld has an empty prompt",
+                              (long long)s);
+        lh_status st = check_tokens(d, prompts[s], lens[s], s, err);
+        if (st != LH_OK)
+            return st;
+        total += lens[s];
+    }
+    if (max_new == 0)
+        return LH_OK;
+    step_buf b;
+    lh_status st = step_buf_alloc(&b, total > n_seqs ? total : n_seqs, n_seqs, n_seqs, d->vocab,
+                                  err);
+    if (st != LH_OK)
+        return st;
+    /* prefill: every prompt in one packed step */
+    int64_t t = 0;
+    for (int64_t s = 0; s < n_seqs; s++) {
+        b.token_start[s] = t;
+        b.n_new[s] = lens[s];
+        b.ctx_len[s] = 0;
+        b.slot[s] = s;
+        for (int64_t i = 0; i < lens[s]; i++, t++) {
+            b.tokens[t] = prompts[s][i];
+            b.positions[t] = (int32_t)i;
+        }
+        b.out_rows[s] = t - 1;
+    }
+    lh_attn_step step = make_step(&b, total, n_seqs);
+    st = lh_decoder_forward(d, kctx, &step, b.tokens, b.out_rows, n_seqs, b.logits, err);
+    for (int64_t s = 0; s < n_seqs && st == LH_OK; s++)
+        out[s * max_new] = argmax_row(b.logits + s * d->vocab, d->vocab);
+    /* decode: one new token per sequence per step */
+    for (int64_t k = 1; k < max_new && st == LH_OK; k++) {
+        for (int64_t s = 0; s < n_seqs; s++) {
+            b.token_start[s] = s;
+            b.n_new[s] = 1;
+            b.ctx_len[s] = lens[s] + k - 1;
+            b.tokens[s] = out[s * max_new + k - 1];
+            b.positions[s] = (int32_t)b.ctx_len[s];
+            b.out_rows[s] = s;
+        }
+        step = make_step(&b, n_seqs, n_seqs);
+        st = lh_decoder_forward(d, kctx, &step, b.tokens, b.out_rows, n_seqs, b.logits, err);
+        for (int64_t s = 0; s < n_seqs && st == LH_OK; s++)
+            out[s * max_new + k] = argmax_row(b.logits + s * d->vocab, d->vocab);
+    }
+    for (int64_t s = 0; s < n_seqs; s++)
+        lh_decoder_release(d, s);
+    step_buf_free(&b);
+    return st;
+}
+
+lh_status lh_sequence_logits(lh_decoder *d, lh_kctx *kctx, const int32_t *tokens, int64_t n,
+                             float *logits, lh_err *err)
+{
+    if (n <= 0)
+        return lh_err_set(err, LH_E_USAGE, "logits: empty token list");
+    lh_status st = check_tokens(d, tokens, n, 0, err);
+    if (st != LH_OK)
+        return st;
+    int32_t *positions = malloc((size_t)n * sizeof *positions);
+    int64_t *rows = malloc((size_t)n * sizeof *rows);
+    if (!positions || !rows) {
+        free(positions);
+        free(rows);
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < n; i++) {
+        positions[i] = (int32_t)i;
+        rows[i] = i;
+    }
+    int64_t start = 0, ctx = 0, slot = 0;
+    lh_attn_step step = {.struct_size = sizeof step, .n_tokens = n, .n_seqs = 1,
+                         .positions = positions, .token_start = &start, .n_new = &n,
+                         .ctx_len = &ctx, .slot = &slot};
+    st = lh_decoder_forward(d, kctx, &step, tokens, rows, n, logits, err);
+    lh_decoder_release(d, 0);
+    free(positions);
+    free(rows);
+    return st;
+}

@@ -1,0 +1,21 @@
+/* Internal: greedy generation and full-sequence logits over an lh_decoder. */
+#ifndef LH_RUNTIME_GENERATE_H
+#define LH_RUNTIME_GENERATE_H
+
+#include "decoder.h"
+
+/* Greedy continuation of n_seqs prompts, all in one packed prefill step and then one packed
+ * decode step per new token. out receives max_new ids per sequence, row-major [n_seqs,
+ * max_new]. Sequence slots 0..n_seqs-1 are used and released. Errors: LH_E_USAGE (empty
+ * prompt, more sequences than slots, token id outside the vocabulary), kernel and attention
+ * errors, LH_E_NOMEM. */
+lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const *prompts,
+                             const int64_t *lens, int64_t n_seqs, int64_t max_new, int32_t *out,
+                             lh_err *err);
+
+/* Logits of every position of one sequence, [n, vocab] row-major, in one prefill step
+ * (slot 0, released afterwards). */
+lh_status lh_sequence_logits(lh_decoder *d, lh_kctx *kctx, const int32_t *tokens, int64_t n,
+                             float *logits, lh_err *err);
+
+#endif

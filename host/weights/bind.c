@@ -1,0 +1,605 @@
+/* Binding checkpoint tensors to the module tree's parameters; the rules are documented at
+ * lh_model_bind_weights in host/model/model.h. */
+#include "bind.h"
+
+#include "../core/err.h"
+#include "../core/log.h"
+#include "../model/tree_internal.h"
+#include "lh_kernels.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REPORT_MAX_PER_KIND 20
+#define DATA_ALIGN 64
+
+/* ---- small helpers --------------------------------------------------------------------- */
+
+bool lh_bind_ignorable(const char *name)
+{
+    static const char *const suffixes[] = {"rotary_emb.inv_freq", "rotary_emb.cos_cached",
+                                           "rotary_emb.sin_cached"};
+    if (!name)
+        return false;
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
+        size_t k = strlen(suffixes[i]);
+        if (n >= k && strcmp(name + n - k, suffixes[i]) == 0 && (n == k || name[n - k - 1] == '.'))
+            return true;
+    }
+    return false;
+}
+
+static size_t elem_size(lh_dtype dt)
+{
+    switch (dt) {
+    case LH_DTYPE_F32: return 4;
+    case LH_DTYPE_F16:
+    case LH_DTYPE_BF16: return 2;
+    default: return 0;
+    }
+}
+
+static const char *dtype_name(lh_dtype dt)
+{
+    const char *s = lh_st_dtype_name_of(dt);
+    if (s)
+        return s;
+    switch (dt) {
+    case LH_DTYPE_FP8_E4M3: return "fp8";
+    case LH_DTYPE_INT8: return "int8";
+    case LH_DTYPE_INT4: return "int4";
+    default: return "?";
+    }
+}
+
+static void to_f32(const void *src, lh_dtype sd, float *dst, size_t n)
+{
+    if (sd == LH_DTYPE_BF16)
+        lh_k_convert_bf16_to_f32(src, dst, n);
+    else
+        lh_k_convert_f16_to_f32(src, dst, n);
+}
+
+static void from_f32(const float *src, void *dst, lh_dtype dd, size_t n)
+{
+    if (dd == LH_DTYPE_BF16)
+        lh_k_convert_f32_to_bf16(src, dst, n);
+    else
+        lh_k_convert_f32_to_f16(src, dst, n);
+}
+
+lh_status lh_bind_convert(const void *src, lh_dtype sd, void *dst, lh_dtype dd, size_t n,
+                          void *scratch, lh_progress *progress, lh_err *err)
+{
+    size_t ss = elem_size(sd), ds = elem_size(dd);
+    if (!ss || !ds)
+        return lh_err_set(err, LH_E_USAGE, "cannot convert %s to %s (F32, F16, BF16 only)",
+                          dtype_name(sd), dtype_name(dd));
+    void *own = NULL;
+    if (sd != dd && !scratch) {
+        own = scratch = malloc(LH_BIND_SCRATCH_BYTES);
+        if (!own)
+            return lh_err_set(err, LH_E_NOMEM, "out of memory converting weights");
+    }
+    float *bounce = scratch;
+    float *tmp = bounce ? bounce + LH_BIND_CHUNK : NULL;
+    for (size_t i = 0; i < n; i += LH_BIND_CHUNK) {
+        size_t c = n - i < LH_BIND_CHUNK ? n - i : LH_BIND_CHUNK;
+        const unsigned char *s = (const unsigned char *)src + i * ss;
+        unsigned char *d = (unsigned char *)dst + i * ds;
+        if (sd == dd) {
+            memcpy(d, s, c * ss);
+        } else {
+            if ((uintptr_t)s % ss) { /* the kernels take typed, aligned pointers */
+                memcpy(bounce, s, c * ss);
+                s = (const unsigned char *)bounce;
+            }
+            if (sd == LH_DTYPE_F32) {
+                from_f32((const float *)(const void *)s, d, dd, c);
+            } else if (dd == LH_DTYPE_F32) {
+                to_f32(s, sd, (float *)(void *)d, c);
+            } else { /* bf16 <-> f16 through f32 */
+                to_f32(s, sd, tmp, c);
+                from_f32(tmp, d, dd, c);
+            }
+        }
+        if (progress)
+            lh_progress_add(progress, (int64_t)(c * ds));
+    }
+    free(own);
+    return LH_OK;
+}
+
+/* A growable string; `oom` set on the first failed allocation (then appends do nothing). */
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+    bool oom;
+} sbuf;
+
+static void sb_vadd(sbuf *b, const char *fmt, va_list ap)
+{
+    if (b->oom)
+        return;
+    va_list ap2;
+    va_copy(ap2, ap);
+    int k = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (k < 0)
+        return;
+    if (b->n + (size_t)k + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (b->n + (size_t)k + 1 > cap)
+            cap *= 2;
+        char *g = realloc(b->s, cap);
+        if (!g) {
+            b->oom = true;
+            return;
+        }
+        b->s = g;
+        b->cap = cap;
+    }
+    vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+    b->n += (size_t)k;
+}
+
+static void sb_add(sbuf *b, const char *fmt, ...) LH_PRINTF(2, 3);
+static void sb_add(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vadd(b, fmt, ap);
+    va_end(ap);
+}
+
+static void sb_shape(sbuf *b, int ndim, const int64_t *shape)
+{
+    sb_add(b, "[");
+    for (int i = 0; i < ndim; i++)
+        sb_add(b, "%s%" PRId64, i ? ", " : "", shape[i]);
+    sb_add(b, "]");
+}
+
+/* "module.param", or "param" for the root. */
+static void sb_param_name(sbuf *b, const lh_param *p)
+{
+    const char *mn = p->owner->name;
+    sb_add(b, "%s%s%s", mn, mn[0] ? "." : "", p->name);
+}
+
+/* A param paired with a tensor (either may be NULL, by list). */
+typedef struct pair {
+    lh_param *p;
+    const lh_st_tensor *t;
+} pair;
+
+typedef struct pairs {
+    pair *a;
+    size_t n, cap;
+} pairs;
+
+static bool push(pairs *v, lh_param *p, const lh_st_tensor *t)
+{
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 64;
+        pair *g = realloc(v->a, cap * sizeof *g);
+        if (!g)
+            return false;
+        v->a = g;
+        v->cap = cap;
+    }
+    v->a[v->n].p = p;
+    v->a[v->n].t = t;
+    v->n++;
+    return true;
+}
+
+static bool same_shape(const lh_param *p, const lh_st_tensor *t)
+{
+    if (p->ndim != t->ndim)
+        return false;
+    for (int i = 0; i < p->ndim; i++)
+        if (p->shape[i] != t->shape[i])
+            return false;
+    return true;
+}
+
+/* ---- the mismatch report ----------------------------------------------------------------- */
+
+enum { K_MISSING, K_UNEXPECTED, K_SHAPE, K_DTYPE, K_COUNT };
+
+typedef struct report {
+    pairs kind[K_COUNT];
+} report;
+
+static void report_entry(sbuf *b, int kind, const pair *e)
+{
+    switch (kind) {
+    case K_MISSING:
+        sb_param_name(b, e->p);
+        break;
+    case K_UNEXPECTED:
+        sb_add(b, "%s", e->t->name);
+        break;
+    case K_SHAPE:
+        sb_add(b, "%s expected ", e->t->name);
+        sb_shape(b, e->p->ndim, e->p->shape);
+        sb_add(b, ", found ");
+        sb_shape(b, e->t->ndim, e->t->shape);
+        break;
+    case K_DTYPE:
+        sb_add(b, "unsupported dtype %s for tensor %s", lh_st_dtype_name(e->t->st_dtype),
+               e->t->name);
+        break;
+    }
+}
+
+static const char *const KIND_NAMES[K_COUNT] = {"missing", "unexpected", "mis-shaped",
+                                                "unsupported dtype"};
+
+static void format_report(sbuf *b, const lh_model *m, const lh_checkpoint *ck, const report *r,
+                          size_t limit, bool nothing_matched)
+{
+    sb_add(b, "%s: checkpoint %s does not match the model:", m->provider,
+           lh_checkpoint_path(ck));
+    bool first = true;
+    for (int k = 0; k < K_COUNT; k++)
+        if (r->kind[k].n) {
+            sb_add(b, "%s %zu %s", first ? "" : ",", r->kind[k].n, KIND_NAMES[k]);
+            first = false;
+        }
+    for (int k = 0; k < K_COUNT; k++) {
+        const pairs *v = &r->kind[k];
+        if (!v->n)
+            continue;
+        sb_add(b, "\n  %s (%zu): ", KIND_NAMES[k], v->n);
+        size_t shown = v->n < limit ? v->n : limit;
+        for (size_t i = 0; i < shown; i++) {
+            if (i)
+                sb_add(b, ", ");
+            report_entry(b, k, &v->a[i]);
+        }
+        if (shown < v->n)
+            sb_add(b, ", ... and %zu more", v->n - shown);
+        if (k == K_DTYPE)
+            sb_add(b, "; supported: F32, F16, BF16");
+    }
+    if (nothing_matched)
+        sb_add(b, "\n  no parameter name matched any tensor: is this a checkpoint of another "
+                  "architecture, or does it use another name prefix?");
+    if (r->kind[K_MISSING].n + r->kind[K_UNEXPECTED].n > 2 * limit)
+        sb_add(b, "\n  (LLMHOST_LOG=debug lists every entry)");
+}
+
+static lh_status fail_report(const lh_model *m, const lh_checkpoint *ck, const report *r,
+                             bool nothing_matched, lh_err *err)
+{
+    for (int k = 0; k < K_COUNT; k++) /* the full lists, for LLMHOST_LOG=debug */
+        for (size_t i = 0; i < r->kind[k].n; i++) {
+            sbuf e = {0};
+            report_entry(&e, k, &r->kind[k].a[i]);
+            lh_log(LH_LOG_DEBUG, "weights: %s: %s", KIND_NAMES[k], e.s ? e.s : "?");
+            free(e.s);
+        }
+    /* Leave room in the message for the callers' context prefixes. */
+    const size_t budget = sizeof(((lh_err *)0)->msg) - 400;
+    static const size_t limits[] = {REPORT_MAX_PER_KIND, 10, 5, 3, 1};
+    sbuf b = {0};
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
+        b.n = 0;
+        b.oom = false;
+        format_report(&b, m, ck, r, limits[i], nothing_matched);
+        if (b.oom || b.n < budget)
+            break;
+    }
+    lh_status st = b.oom || !b.s
+                       ? lh_err_set(err, LH_E_NOMEM, "%s: out of memory reporting a checkpoint "
+                                    "mismatch", m->provider)
+                       : lh_err_set(err, LH_E_CONFIG, "%s", b.s);
+    free(b.s);
+    return st;
+}
+
+/* ---- binding ------------------------------------------------------------------------------ */
+
+static void unbind(lh_model *m)
+{
+    for (lh_param *p = lh_tree_next_param(m->b, NULL); p; p = lh_tree_next_param(m->b, p)) {
+        if (p->data_owned)
+            free(p->data);
+        p->data = NULL;
+        p->data_owned = false;
+    }
+}
+
+/* Looks up the tensor named after p. `name` is scratch. */
+static const lh_st_tensor *find_for(const lh_checkpoint *ck, const lh_param *p, sbuf *name,
+                                    size_t *index)
+{
+    name->n = 0;
+    sb_param_name(name, p);
+    if (name->oom)
+        return NULL;
+    return lh_checkpoint_find(ck, name->s, index);
+}
+
+/* A quantized param cannot be loaded yet: the first one, and how many there are. */
+static lh_status check_quantized(const lh_model *m, lh_err *err)
+{
+    const lh_param *first = NULL;
+    size_t count = 0;
+    for (lh_param *p = lh_tree_next_param(m->b, NULL); p; p = lh_tree_next_param(m->b, p))
+        if (!p->tied_to && !elem_size(p->dtype)) {
+            if (!first)
+                first = p;
+            count++;
+        }
+    if (!first)
+        return LH_OK;
+    const char *scheme = first->owner->quant != LH_QUANT_NONE
+                             ? lh_quant_scheme_name(first->owner->quant)
+                             : dtype_name(first->dtype);
+    return lh_err_set(err, LH_E_UNSUPPORTED,
+                      "%s: quantized storage (%s) for %s is not implemented yet; remove the "
+                      "quant config to load weights (%zu quantized parameter%s)",
+                      m->provider, scheme, first->owner->name, count, count == 1 ? "" : "s");
+}
+
+static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
+{
+    lh_status st = check_quantized(m, err);
+    if (st != LH_OK)
+        return st;
+
+    lh_bind_stats s;
+    memset(&s, 0, sizeof s);
+    size_t n_tensors = lh_checkpoint_count(ck);
+    unsigned char *used = calloc(n_tensors ? n_tensors : 1, 1);
+    report r;
+    memset(&r, 0, sizeof r);
+    pairs jobs = {0};
+    sbuf name = {0};
+    void *scratch = NULL;
+    size_t matched = 0; /* non-tied params that found a tensor */
+    bool oom = !used;
+
+    /* 1. match every param */
+    for (lh_param *p = lh_tree_next_param(m->b, NULL); p && !oom;
+         p = lh_tree_next_param(m->b, p)) {
+        size_t idx = 0;
+        const lh_st_tensor *t = find_for(ck, p, &name, &idx);
+        if (name.oom) {
+            oom = true;
+            break;
+        }
+        if (p->tied_to) {
+            s.tied++;
+            if (t) { /* a saved copy of a tied weight: accepted, unused (2) */
+                if (!used[idx])
+                    used[idx] = 2;
+                /* when the source's own tensor is absent this copy stands in for it, and the
+                 * source reports its shape */
+                const lh_st_tensor *src = find_for(ck, p->tied_to, &name, NULL);
+                if (name.oom) {
+                    oom = true;
+                    break;
+                }
+                if (src && !same_shape(p, t))
+                    oom |= !push(&r.kind[K_SHAPE], p, t);
+            }
+            continue;
+        }
+        if (!t && p->tie_dependents) {
+            /* the source is absent: a checkpoint that saved only a tied copy */
+            for (lh_param *q = lh_tree_next_param(m->b, NULL); q && !t;
+                 q = lh_tree_next_param(m->b, q))
+                if (q->tied_to == p) {
+                    t = find_for(ck, q, &name, &idx);
+                    if (t)
+                        lh_log(LH_LOG_INFO, "weights: %s.%s is absent; binding it from its tied "
+                               "copy %s", p->owner->name, p->name, t->name);
+                }
+            if (name.oom) {
+                oom = true;
+                break;
+            }
+        }
+        if (!t) {
+            oom |= !push(&r.kind[K_MISSING], p, NULL);
+            continue;
+        }
+        used[idx] = 1;
+        matched++;
+        if (t->dtype == LH_DTYPE_INVALID)
+            oom |= !push(&r.kind[K_DTYPE], p, t);
+        else if (!same_shape(p, t))
+            oom |= !push(&r.kind[K_SHAPE], p, t);
+        else
+            oom |= !push(&jobs, p, t);
+    }
+    /* 2. what the checkpoint has beyond the params */
+    for (size_t i = 0; i < n_tensors && !oom; i++) {
+        if (used[i] == 2)
+            s.ignored++;
+        if (used[i])
+            continue;
+        const lh_st_tensor *t = lh_checkpoint_at(ck, i);
+        if (lh_bind_ignorable(t->name)) {
+            lh_log(LH_LOG_DEBUG, "weights: ignoring non-parameter buffer %s", t->name);
+            s.ignored++;
+            continue;
+        }
+        oom |= !push(&r.kind[K_UNEXPECTED], NULL, t);
+    }
+    if (oom) {
+        st = lh_err_set(err, LH_E_NOMEM, "%s: out of memory matching checkpoint %s",
+                        m->provider, lh_checkpoint_path(ck));
+        goto out;
+    }
+    size_t problems = 0;
+    for (int k = 0; k < K_COUNT; k++)
+        problems += r.kind[k].n;
+    if (problems) {
+        st = fail_report(m, ck, &r, matched == 0 && r.kind[K_MISSING].n > 0, err);
+        goto out;
+    }
+
+    /* 3. bind: in place where possible, else convert/copy into owned buffers */
+    int64_t to_convert = 0;
+    bool any_conversion = false;
+    for (size_t i = 0; i < jobs.n; i++) {
+        const lh_param *p = jobs.a[i].p;
+        const lh_st_tensor *t = jobs.a[i].t;
+        if (t->dtype != p->dtype || !t->aligned)
+            to_convert += lh_k_dtype_bytes(p->dtype, p->numel);
+        if (t->dtype != p->dtype)
+            any_conversion = true;
+    }
+    if (any_conversion && !(scratch = malloc(LH_BIND_SCRATCH_BYTES))) {
+        st = lh_err_set(err, LH_E_NOMEM, "%s: out of memory converting weights", m->provider);
+        goto out;
+    }
+    lh_progress pg;
+    lh_progress_begin(&pg, "loading weights", to_convert);
+    for (size_t i = 0; i < jobs.n && st == LH_OK; i++) {
+        lh_param *p = jobs.a[i].p;
+        const lh_st_tensor *t = jobs.a[i].t;
+        int64_t bytes = lh_k_dtype_bytes(p->dtype, p->numel);
+        s.bound++;
+        if (t->dtype == p->dtype && t->aligned) {
+            p->data = (void *)(uintptr_t)t->data; /* read-only mapping */
+            p->data_owned = false;
+            s.zero_copy++;
+            s.mapped_bytes += bytes;
+            continue;
+        }
+        size_t alloc = ((size_t)bytes + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
+        void *buf = aligned_alloc(DATA_ALIGN, alloc);
+        if (!buf) {
+            st = lh_err_set(err, LH_E_NOMEM,
+                            "%s: out of memory for tensor %s (%" PRId64 " bytes of %s)",
+                            m->provider, t->name, bytes, dtype_name(p->dtype));
+            break;
+        }
+        st = lh_bind_convert(t->data, t->dtype, buf, p->dtype, (size_t)p->numel, scratch, &pg,
+                             err);
+        if (st != LH_OK) {
+            free(buf);
+            lh_err_prefix(err, "%s: tensor %s", m->provider, t->name);
+            break;
+        }
+        p->data = buf;
+        p->data_owned = true;
+        if (t->dtype == p->dtype)
+            s.copied++;
+        else
+            s.converted++;
+        s.owned_bytes += bytes;
+    }
+    lh_progress_end(&pg);
+    if (st != LH_OK) {
+        unbind(m);
+        goto out;
+    }
+    for (lh_param *p = lh_tree_next_param(m->b, NULL); p; p = lh_tree_next_param(m->b, p))
+        if (p->tied_to) {
+            p->data = p->tied_to->data;
+            p->data_owned = false;
+        }
+    m->weights = ck;
+    m->bind_stats = s;
+    lh_log(LH_LOG_INFO,
+           "weights: %zu tensors bound from %s (%zu in place, %zu converted, %zu copied, "
+           "%zu tied, %zu ignored)",
+           s.bound, lh_checkpoint_path(ck), s.zero_copy, s.converted, s.copied, s.tied,
+           s.ignored);
+out:
+    free(scratch);
+    free(name.s);
+    free(jobs.a);
+    for (int k = 0; k < K_COUNT; k++)
+        free(r.kind[k].a);
+    free(used);
+    return st;
+}
+
+lh_status lh_model_bind_weights(lh_model *m, lh_checkpoint *ck, lh_err *err)
+{
+    lh_status st;
+    if (!m || !ck)
+        st = lh_err_set(err, LH_E_USAGE, "lh_model_bind_weights: NULL %s",
+                        !m ? "model" : "checkpoint");
+    else if (m->weights)
+        st = lh_err_set(err, LH_E_USAGE, "%s: weights are already bound (from %s)",
+                        m->provider, lh_checkpoint_path(m->weights));
+    else
+        st = bind(m, ck, err);
+    if (st != LH_OK)
+        lh_checkpoint_close(ck); /* consumed either way */
+    return st;
+}
+
+lh_status lh_model_load_weights(lh_model *m, const char *path, lh_err *err)
+{
+    if (!m || !path)
+        return lh_err_set(err, LH_E_USAGE, "lh_model_load_weights: NULL argument");
+    if (m->weights)
+        return lh_err_set(err, LH_E_USAGE, "%s: weights are already bound (from %s)",
+                          m->provider, lh_checkpoint_path(m->weights));
+    lh_checkpoint *ck = NULL;
+    lh_status st = lh_checkpoint_open(path, &ck, err);
+    if (st != LH_OK)
+        return st;
+    return lh_model_bind_weights(m, ck, err);
+}
+
+bool lh_model_bind_stats(const lh_model *m, lh_bind_stats *out)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!m || !m->weights)
+        return false;
+    if (out)
+        *out = m->bind_stats;
+    return true;
+}
+
+bool lh_model_weights_bound(const lh_model *m)
+{
+    return m && m->weights;
+}
+
+const lh_checkpoint *lh_model_checkpoint(const lh_model *m)
+{
+    return m ? m->weights : NULL;
+}
+
+lh_status lh_model_param_tensor(const lh_model *m, const lh_module *mod, const char *param,
+                                lh_tensor *out)
+{
+    if (!m || !mod || !param || !out || mod->build != m->b || !m->weights)
+        return LH_E_USAGE;
+    const lh_param *p = lh_tree_find_param(mod, param);
+    if (!p)
+        return LH_E_USAGE;
+    void *data = p->tied_to ? p->tied_to->data : p->data;
+    if (!data)
+        return LH_E_INTERNAL; /* bound models have data on every param */
+    *out = lh_tensor_cpu(p->dtype, data, p->ndim, p->shape);
+    return LH_OK;
+}
+
+lh_status lh_model_param_tensor_by_name(const lh_model *m, const char *module_name,
+                                        const char *param, lh_tensor *out)
+{
+    if (!m || !module_name)
+        return LH_E_USAGE;
+    const lh_module *mod = lh_tree_lookup(m->b, module_name);
+    if (!mod)
+        return LH_E_USAGE;
+    return lh_model_param_tensor(m, mod, param, out);
+}

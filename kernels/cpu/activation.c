@@ -1,0 +1,83 @@
+/* Element-wise and row-wise activations: SiLU-gated product, softmax, argmax. */
+#include "cpu_kernels.h"
+
+#define ELEM_CHUNK 16384 /* elements per task for element-wise kernels */
+
+struct silu_job {
+    const lh_cpu_ops *ops;
+    const float *g, *u;
+    float *out;
+    int64_t n;
+};
+
+static void silu_task(int64_t t, int tid, void *user)
+{
+    (void)tid;
+    const struct silu_job *j = user;
+    int64_t s = t * ELEM_CHUNK, e = j->n - s < ELEM_CHUNK ? j->n : s + ELEM_CHUNK;
+    j->ops->silu_mul(j->out + s, j->g + s, j->u + s, e - s);
+}
+
+lh_status lh_cpu_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up, lh_tensor *out)
+{
+    struct silu_job j = {ctx->ops, gate->data, up->data, out->data, lh_cpu_numel(gate)};
+    lh_cpu_parallel(ctx, (j.n + ELEM_CHUNK - 1) / ELEM_CHUNK, silu_task, &j);
+    return LH_OK;
+}
+
+struct row_job {
+    const lh_cpu_ops *ops;
+    float *x;
+    int64_t N;
+    int32_t *out;
+};
+
+/* softmax(x) = exp(x - max) / sum, the sum in f32; then one multiply by 1 / sum. */
+static void softmax_row(int64_t r, int tid, void *user)
+{
+    (void)tid;
+    const struct row_job *j = user;
+    float *row = j->x + r * j->N;
+    float m = j->ops->max(row, j->N);
+    float s = j->ops->exp_sub_sum(row, m, j->N);
+    j->ops->scale(row, 1.0f / s, j->N);
+}
+
+lh_status lh_cpu_softmax(lh_kctx *ctx, lh_tensor *x)
+{
+    const int64_t N = x->shape[x->ndim - 1];
+    if (N == 0)
+        return LH_OK;
+    struct row_job j = {ctx->ops, x->data, N, NULL};
+    lh_cpu_parallel(ctx, lh_cpu_numel(x) / N, softmax_row, &j);
+    return LH_OK;
+}
+
+static void argmax_row(int64_t r, int tid, void *user)
+{
+    (void)tid;
+    const struct row_job *j = user;
+    int64_t i = j->ops->argmax(j->x + r * j->N, j->N);
+    j->out[r] = (int32_t)i; /* -1: the row holds a NaN */
+}
+
+lh_status lh_cpu_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out)
+{
+    const int64_t N = x->shape[x->ndim - 1];
+    const int64_t rows = lh_cpu_numel(x) / N;
+    struct row_job j = {ctx->ops, x->data, N, out};
+    lh_cpu_parallel(ctx, rows, argmax_row, &j);
+    int64_t bad = 0, first = -1;
+    for (int64_t r = 0; r < rows; r++)
+        if (out[r] < 0) {
+            if (first < 0)
+                first = r;
+            bad++;
+        }
+    if (bad)
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "lh_k_argmax: row %lld of x [%lld, %lld] contains NaN (%lld row(s) with NaN; "
+                       "their out[] is -1)",
+                       (long long)first, (long long)rows, (long long)N, (long long)bad);
+    return LH_OK;
+}

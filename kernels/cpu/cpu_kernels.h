@@ -1,0 +1,234 @@
+/* Private to libllmhost_kernels: the execution context, the thread pool, per-ISA primitive
+ * tables and the CPU implementations behind kernels/kernel_dispatch.c.
+ *
+ * Division of labour: kernel_dispatch.c checks every argument (device-independent rules:
+ * NULLs, dtypes, ranks, shapes, contiguity, devices) and then calls an lh_cpu_* function
+ * below, which may assume valid, contiguous CPU tensors. */
+#ifndef LH_CPU_KERNELS_H
+#define LH_CPU_KERNELS_H
+
+#include "lh_kernels.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* LH_KERNELS_NO_X86 builds the portable path only, as on other architectures (a build check). */
+#if (defined(__x86_64__) || defined(_M_X64)) && !defined(LH_KERNELS_NO_X86)
+#define LH_CPU_X86 1
+#else
+#define LH_CPU_X86 0
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define LH_UNUSED __attribute__((unused))
+#define LH_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define LH_UNUSED
+#define LH_ALWAYS_INLINE inline
+#endif
+
+/* ---- matmul tiling (shared by every ISA so that blocking never depends on threads) ------- */
+
+/* Rows of x per task, rows of w per task, and the K block. A task owns y[m0:m1, n0:n1]; within
+ * a task the K loop is blocked by LH_MM_KC, and partial sums of each K block are added in order,
+ * so every element of y is computed the same way whatever the thread count. */
+#define LH_MM_MB 64
+#define LH_MM_NB 48
+#define LH_MM_KC 512
+/* x rows * K at or below this (256 KiB of floats): the weight-streaming loop order */
+#define LH_MM_STREAM_FLOATS (64 * 1024)
+
+/* acc[i * ldacc + j] += sum_{k < kc} x[i * ldx + k] * w[j * ldw + k] for i < mr, j < nr.
+ * w is f32, bf16 or f16 (by table slot); ldx, ldw in elements. mr <= tile_mr, nr <= tile_nr
+ * when mr > 1; nr <= tile_nr1 when mr == 1. Per element the arithmetic is the same whatever
+ * mr and nr are, so a value never depends on where it fell in the tiling. */
+typedef void (*lh_cpu_tile_fn)(int mr, int nr, int64_t kc, const float *x, int64_t ldx,
+                               const void *w, int64_t ldw, float *acc, int64_t ldacc);
+
+enum { LH_WDT_F32 = 0, LH_WDT_BF16 = 1, LH_WDT_F16 = 2, LH_WDT_COUNT = 3 };
+
+/* One ISA's primitives. Every pointer is set in every table. */
+typedef struct lh_cpu_ops {
+    lh_k_isa isa;
+    int tile_mr, tile_nr, tile_nr1;
+    lh_cpu_tile_fn tile[LH_WDT_COUNT];
+    /* sum x[i]^2 */
+    float (*sumsq)(const float *x, int64_t n);
+    /* res[i] += x[i] */
+    void (*add)(float *res, const float *x, int64_t n);
+    /* out[i] = (x[i] * r) * wf[i] */
+    void (*norm_apply)(float *out, const float *x, float r, const float *wf, int64_t n);
+    /* out[i] = g[i] / (1 + exp(-g[i])) * u[i] */
+    void (*silu_mul)(float *out, const float *g, const float *u, int64_t n);
+    /* max over x (NaN-free input assumed; n >= 1) */
+    float (*max)(const float *x, int64_t n);
+    /* x[i] = exp(x[i] - m); returns the sum */
+    float (*exp_sub_sum)(float *x, float m, int64_t n);
+    /* x[i] *= s */
+    void (*scale)(float *x, float s, int64_t n);
+    /* sum a[i] * b[i] */
+    float (*dot)(const float *a, const float *b, int64_t n);
+    /* y[i] += a * x[i] */
+    void (*axpy)(float *y, float a, const float *x, int64_t n);
+    /* RoPE on one head: lo, hi the two halves (n each):
+     * lo' = lo * c - hi * s; hi' = hi * c + lo * s (no fused multiply-add, as torch) */
+    void (*rope_rot)(float *lo, float *hi, const float *c, const float *s, int64_t n);
+    /* first index of the maximum; returns -1 when x holds a NaN */
+    int64_t (*argmax)(const float *x, int64_t n);
+    /* row conversions (same rounding as Part 1's scalar functions) */
+    void (*bf16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    void (*f16_to_f32)(const uint16_t *src, float *dst, int64_t n);
+    void (*f32_to_bf16)(const float *src, uint16_t *dst, int64_t n);
+    void (*f32_to_f16)(const float *src, uint16_t *dst, int64_t n);
+} lh_cpu_ops;
+
+extern const lh_cpu_ops lh_cpu_ops_scalar;
+
+/* matmul tiles per ISA and weight dtype (matmul.c, matmul_avx2.c, matmul_avx512.c) */
+void lh_cpu_tile_scalar_f32(int, int, int64_t, const float *, int64_t, const void *, int64_t, float *,
+                            int64_t);
+void lh_cpu_tile_scalar_bf16(int, int, int64_t, const float *, int64_t, const void *, int64_t,
+                             float *, int64_t);
+void lh_cpu_tile_scalar_f16(int, int, int64_t, const float *, int64_t, const void *, int64_t, float *,
+                            int64_t);
+#if LH_CPU_X86
+void lh_cpu_tile_avx2_f32(int, int, int64_t, const float *, int64_t, const void *, int64_t, float *,
+                          int64_t);
+void lh_cpu_tile_avx2_bf16(int, int, int64_t, const float *, int64_t, const void *, int64_t, float *,
+                           int64_t);
+void lh_cpu_tile_avx2_f16(int, int, int64_t, const float *, int64_t, const void *, int64_t, float *,
+                          int64_t);
+void lh_cpu_tile_avx512_f32(int, int, int64_t, const float *, int64_t, const void *, int64_t, float *,
+                            int64_t);
+void lh_cpu_tile_avx512_bf16(int, int, int64_t, const float *, int64_t, const void *, int64_t,
+                             float *, int64_t);
+void lh_cpu_tile_avx512_f16(int, int, int64_t, const float *, int64_t, const void *, int64_t,
+                            float *, int64_t);
+#endif
+#if LH_CPU_X86
+extern const lh_cpu_ops lh_cpu_ops_avx2;
+extern const lh_cpu_ops lh_cpu_ops_avx512;
+#endif
+
+/* ---- ISA detection (isa.c) ---------------------------------------------------------------- */
+
+/* Whether this CPU (and OS) can run the ISA's code. */
+bool lh_cpu_isa_supported(lh_k_isa isa);
+/* The best supported ISA. */
+lh_k_isa lh_cpu_isa_best(void);
+const lh_cpu_ops *lh_cpu_ops_for(lh_k_isa isa);
+
+/* ---- thread pool (pool.c) ----------------------------------------------------------------- */
+
+typedef void (*lh_cpu_task_fn)(int64_t i, int tid, void *user);
+
+typedef struct lh_pool lh_pool;
+/* n_threads >= 2: n_threads - 1 workers; the caller is the last participant. NULL on failure
+ * (errno-style message in err). */
+lh_pool *lh_pool_create(int n_threads, char *err, size_t err_size);
+void lh_pool_free(lh_pool *pool);
+
+/* ---- context (ctx.c) ---------------------------------------------------------------------- */
+
+struct lh_kctx {
+    lh_device device;
+    int n_threads;
+    lh_k_isa isa;
+    const lh_cpu_ops *ops;
+    lh_pool *pool;           /* NULL when n_threads == 1 */
+    float *scratch;          /* n_threads * scratch_per_thread floats */
+    size_t scratch_per_thread;
+    char err[768];
+};
+
+/* Records a message on ctx (or, for ctx == NULL, in the calling thread's slot read by
+ * lh_k_last_error(NULL)) and returns st. */
+lh_status lh_kerr(lh_kctx *ctx, lh_status st, const char *fmt, ...) LH_PRINTF(3, 4);
+lh_status lh_kerr_v(lh_kctx *ctx, lh_status st, const char *fmt, va_list ap);
+
+/* Runs fn(i, tid, user) for i in [0, n); tid in [0, n_threads) names the participating thread
+ * (stable for the duration of one call; use it to index per-thread scratch). Nested calls from
+ * inside a task run inline. */
+void lh_cpu_parallel(lh_kctx *ctx, int64_t n, lh_cpu_task_fn fn, void *user);
+
+/* Per-thread scratch of at least `floats` floats per thread; NULL on allocation failure. The
+ * pointer for thread tid is base + tid * lh_cpu_scratch_stride(ctx). Valid until the next call. */
+float *lh_cpu_scratch(lh_kctx *ctx, size_t floats);
+static inline size_t lh_cpu_scratch_stride(const lh_kctx *ctx)
+{
+    return ctx->scratch_per_thread;
+}
+
+/* True while the calling thread executes a task of ctx's pool (kernels refuse re-entry). */
+bool lh_cpu_in_task(const lh_kctx *ctx);
+
+/* ---- scalar conversions usable in every translation unit ---------------------------------- */
+
+static inline float lh_cpu_bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t lh_cpu_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float lh_cpu_bf16_to_f32(uint16_t v)
+{
+    return lh_cpu_bits_f32((uint32_t)v << 16);
+}
+
+/* Load element i of a weight row of dtype slot wdt as f32. */
+static inline float lh_cpu_load_w(int wdt, const void *w, int64_t i)
+{
+    if (wdt == LH_WDT_F32)
+        return ((const float *)w)[i];
+    if (wdt == LH_WDT_BF16)
+        return lh_cpu_bf16_to_f32(((const uint16_t *)w)[i]);
+    return lh_k_f16_to_f32(((const uint16_t *)w)[i]);
+}
+
+static inline int lh_cpu_wdt(lh_dtype dt)
+{
+    return dt == LH_DTYPE_F32 ? LH_WDT_F32 : dt == LH_DTYPE_BF16 ? LH_WDT_BF16 : LH_WDT_F16;
+}
+
+/* ---- CPU kernel implementations (arguments already checked) ------------------------------- */
+
+lh_status lh_cpu_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w, const lh_tensor *bias,
+                        lh_tensor *y);
+lh_status lh_cpu_embedding(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids, int64_t n,
+                           lh_tensor *out);
+lh_status lh_cpu_rmsnorm(lh_kctx *ctx, lh_tensor *residual, const lh_tensor *x, const lh_tensor *w,
+                         float eps, float offset, lh_tensor *out);
+lh_status lh_cpu_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up, lh_tensor *out);
+lh_status lh_cpu_softmax(lh_kctx *ctx, lh_tensor *x);
+lh_status lh_cpu_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out);
+lh_status lh_cpu_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst);
+lh_status lh_cpu_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x,
+                            const int32_t *positions, int64_t seq_len);
+lh_status lh_cpu_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k, const lh_tensor *v,
+                           const int32_t *q_pos, float scale, int64_t sliding_window,
+                           lh_tensor *out);
+
+/* inv_freq for "dynamic" scaling at seq_len (> max_position_embeddings), as HF's forward-time
+ * update computes it (rope.c). */
+void lh_cpu_rope_dynamic_inv_freq(const lh_rope *rope, int64_t seq_len, float *inv_freq);
+
+/* Elements of a tensor (shape product over ndim). */
+static inline int64_t lh_cpu_numel(const lh_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+#endif
