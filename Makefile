@@ -53,6 +53,8 @@ test: test-normal test-asan
 bench: build
 	@sh tools/install_deps.sh strace
 	sh tools/bench/resolve_bench.sh $(BUILD)
+	$(BUILD)/tools/bench_inference $(CURDIR)/$(BUILD)/plugins
+	$(BUILD)/kernels/bench_matmul
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -16,6 +16,8 @@
 #include <string.h>
 
 #define LH_DEFAULT_ATTN_BACKEND "vanilla"
+/* weight_placement: auto resolves to this; chosen by tools/bench/bench_inference (README) */
+#define LH_AUTO_PLACEMENT LH_PLACE_MMAP
 
 struct lh_engine {
     lh_host *host;
@@ -99,6 +101,10 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
         st = lh_model_bind_weights(e->model, ck, err); /* the model owns ck from here on */
         ck = NULL;
     }
+    lh_weight_placement place = e->rc.weight_placement == LH_PLACE_AUTO ? LH_AUTO_PLACEMENT
+                                                                      : e->rc.weight_placement;
+    if (st == LH_OK && place == LH_PLACE_HUGE_PAGES)
+        st = lh_model_place_weights_huge(e->model, err);
     const lh_attn_ops *ops = NULL;
     if (st == LH_OK)
         st = attention_ops(h, o->attn_backend ? o->attn_backend : LH_DEFAULT_ATTN_BACKEND, &ops,

@@ -23,6 +23,7 @@ enum {
     OPT_OUT,
     OPT_THREADS,
     OPT_ATTN_BACKEND,
+    OPT_WEIGHT_PLACEMENT,
 };
 
 static const struct option options[] = {
@@ -44,6 +45,7 @@ static const struct option options[] = {
     {"max-new-tokens", required_argument, NULL, 'n'},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"attn-backend", required_argument, NULL, OPT_ATTN_BACKEND},
+    {"weight-placement", required_argument, NULL, OPT_WEIGHT_PLACEMENT},
     {NULL, 0, NULL, 0},
 };
 
@@ -120,10 +122,10 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
             break;
         case OPT_INSECURE: a->allow_insecure = true; break;
         case OPT_DTYPE: rc = add_override(a, "dtype", optarg); break;
-        case OPT_MAX_SEQ_LEN: rc = add_override(a, "max_seq_len", optarg); break;
-        case OPT_MAX_BATCH: rc = add_override(a, "max_batch_size", optarg); break;
-        case OPT_MODEL_IMPL: rc = add_override(a, "model_impl", optarg); break;
-        case OPT_ENCODER_ONLY: rc = add_override(a, "mm_encoder_only", "true"); break;
+        case OPT_MAX_SEQ_LEN: rc = add_override(a, "max-seq-len", optarg); break;
+        case OPT_MAX_BATCH: rc = add_override(a, "max-batch-size", optarg); break;
+        case OPT_MODEL_IMPL: rc = add_override(a, "model-impl", optarg); break;
+        case OPT_ENCODER_ONLY: rc = add_override(a, "mm-encoder-only", "true"); break;
         case OPT_QUANT: rc = add_override(a, "quant", optarg); break;
         case OPT_PROMPT_TOKENS:
             if (a->n_prompts == LH_CLI_MAX_DIRS) {
@@ -143,6 +145,7 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
             break;
         }
         case OPT_ATTN_BACKEND: a->attn_backend = optarg; break;
+        case OPT_WEIGHT_PLACEMENT: rc = add_override(a, "weight-placement", optarg); break;
         case OPT_LOG_LEVEL:
             if (strcmp(optarg, "error") && strcmp(optarg, "warn") && strcmp(optarg, "info") &&
                 strcmp(optarg, "debug")) {

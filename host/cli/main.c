@@ -34,6 +34,7 @@ static const char usage_text[] =
     "  --log-level error|warn|info|debug   (or $LLMHOST_LOG)\n"
     "  --threads N                  kernel threads (default: every core)\n"
     "  --attn-backend NAME          attention backend (default: vanilla)\n"
+    "  --weight-placement auto|mmap|huge_pages   where weights live once loaded\n"
     "  -h, --help\n"
     "\n"
     "environment: LLMHOST_PLUGIN_DIR (built-in plugin dir), LLMHOST_CUSTOM_MODULE_DIRS, LLMHOST_LOG\n"

@@ -17,16 +17,24 @@
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 static const char *const root_keys[] = {"mm_encoder_only", "model_impl",     "dtype",
-                                        "max_seq_len",     "max_batch_size", "quant"};
+                                        "max_seq_len",     "max_batch_size", "quant",
+                                        "weight_placement"};
 static const char *const impl_keys[] = {"target", "mode"};
 static const char *const quant_keys[] = {"scheme", "group_size", "rules", "exclude_modules"};
 static const char *const rule_keys[] = {"pattern", "scheme", "group_size"};
 /* Keys lh_run_config_set accepts. */
 static const char *const flag_keys[] = {"mm_encoder_only", "model_impl",     "dtype",
-                                        "max_seq_len",     "max_batch_size", "quant"};
+                                        "max_seq_len",     "max_batch_size", "quant",
+                                        "weight_placement"};
 
 static const char *const scheme_names[] = {"none", "fp8", "int8", "int4"};
 static const char *const mode_names[] = {"off", "auto", "require"};
+static const char *const placement_names[] = {"auto", "mmap", "huge_pages"};
+
+const char *lh_weight_placement_name(lh_weight_placement p)
+{
+    return (unsigned)p < N_OF(placement_names) ? placement_names[p] : "unknown";
+}
 
 #define DEFAULT_GROUP_SIZE 128
 
@@ -256,6 +264,10 @@ json_t *lh_run_config_to_json(const lh_run_config *rc)
     bad |= obj_set(o, "origin", origin_json(rc, rc->max_batch_size_origin));
     bad |= obj_set(j, "max_batch_size", o);
 
+    o = json_object();
+    bad |= obj_set(o, "value", json_string(lh_weight_placement_name(rc->weight_placement)));
+    bad |= obj_set(o, "origin", origin_json(rc, rc->weight_placement_origin));
+    bad |= obj_set(j, "weight_placement", o);
     json_t *q = json_object();
     bad |= obj_set(q, "scheme", json_string(lh_quant_scheme_name(rc->quant.scheme)));
     bad |= obj_set(q, "group_size", json_integer(rc->quant.group_size));
@@ -716,6 +728,12 @@ static lh_status apply_tree(rc_ctx *c, const lh_ynode *root)
         } else if (strcmp(k, "quant") == 0) {
             if ((st = y_quant(c, v)))
                 return st;
+        } else if (strcmp(k, "weight_placement") == 0) {
+            int p;
+            if ((st = y_enum(c, v, k, placement_names, N_OF(placement_names), &p)))
+                return st;
+            rc->weight_placement = (lh_weight_placement)p;
+            rc->weight_placement_origin = yorigin(v);
         }
     }
     return LH_OK;
@@ -856,6 +874,12 @@ lh_status lh_run_config_set(lh_run_config *rc, const char *key_eq_value, lh_err 
         rc->model_impl_target = t;
         rc->model_impl_mode = (lh_impl_mode)mode;
         rc->model_impl_origin = fo;
+    } else if (strcmp(key, "weight_placement") == 0) {
+        int p;
+        if (!parse_enum_text(value, placement_names, N_OF(placement_names), &p, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        rc->weight_placement = (lh_weight_placement)p;
+        rc->weight_placement_origin = fo;
     } else { /* quant */
         int scheme;
         if (!parse_enum_text(value, scheme_names, N_OF(scheme_names), &scheme, why, sizeof why))

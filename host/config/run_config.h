@@ -6,6 +6,7 @@
  *   dtype: auto|float32|bfloat16|float16                 (auto: the checkpoint's torch_dtype)
  *   max_seq_len: int > 0                                  (default: max_position_embeddings)
  *   max_batch_size: int > 0                               (default 1)
+ *   weight_placement: auto|mmap|huge_pages                (default auto)
  *   quant:
  *     scheme: none|fp8|int8|int4          default scheme for linear layers (default none)
  *     group_size: int > 0                 for int4 (default 128)
@@ -51,6 +52,16 @@ typedef struct lh_quant_config {
     lh_value_origin origin;
 } lh_quant_config;
 
+/* Where bound weights live: in the checkpoint's file mapping (zero-copy), or copied into
+ * anonymous memory with transparent huge pages requested (fewer TLB misses when streaming
+ * weights during decode; a file mapping never gets huge pages). auto: the measured default
+ * (see README, "Benchmarks"). */
+typedef enum lh_weight_placement {
+    LH_PLACE_AUTO = 0,
+    LH_PLACE_MMAP,
+    LH_PLACE_HUGE_PAGES
+} lh_weight_placement;
+
 typedef struct lh_run_config {
     char *source; /* YAML file path, or NULL when none was given */
     bool mm_encoder_only;
@@ -65,6 +76,8 @@ typedef struct lh_run_config {
     int64_t max_batch_size;
     lh_value_origin max_batch_size_origin;
     lh_quant_config quant;
+    lh_weight_placement weight_placement;
+    lh_value_origin weight_placement_origin;
 } lh_run_config;
 
 /* Fills defaults. Never fails. */
@@ -88,5 +101,6 @@ json_t *lh_run_config_to_json(const lh_run_config *rc);
 /* "default", "flag", or "FILE:LINE:COL". Writes into buf, returns buf. */
 const char *lh_value_origin_str(const lh_run_config *rc, lh_value_origin o, char *buf, size_t n);
 const char *lh_quant_scheme_name(lh_quant_scheme s);
+const char *lh_weight_placement_name(lh_weight_placement p);
 
 #endif

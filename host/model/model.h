@@ -127,6 +127,12 @@ typedef struct lh_bind_stats {
  * Errors: LH_E_USAGE (NULL argument, weights already bound), LH_E_UNSUPPORTED, LH_E_CONFIG,
  * LH_E_NOMEM. */
 lh_status lh_model_bind_weights(lh_model *m, lh_checkpoint *ck, lh_err *err);
+/* Moves every bound parameter into one anonymous mapping with transparent huge pages
+ * requested (madvise), freeing conversion buffers; tied parameters follow their source. The
+ * model owns the region. Errors: LH_E_USAGE before binding, LH_E_NOMEM with the size. */
+lh_status lh_model_place_weights_huge(lh_model *m, lh_err *err);
+/* Bytes of the huge-page region (0 when the weights are where binding left them). */
+size_t lh_model_weight_region_bytes(const lh_model *m);
 /* lh_checkpoint_open(path) then lh_model_bind_weights. path: a model directory, an index
  * or a safetensors file. */
 lh_status lh_model_load_weights(lh_model *m, const char *path, lh_err *err);
@@ -146,6 +152,18 @@ lh_status lh_model_param_tensor(const lh_model *m, const lh_module *mod, const c
  * module. */
 lh_status lh_model_param_tensor_by_name(const lh_model *m, const char *module_name,
                                         const char *param, lh_tensor *out);
+
+/* Every parameter of the tree in tree order (tied ones included, flagged). */
+typedef struct lh_param_info {
+    const char *module; /* full module name */
+    const char *name;   /* "weight", "bias" */
+    int ndim;
+    int64_t shape[LH_MAX_DIMS];
+    lh_dtype dtype;     /* storage dtype */
+    bool tied;          /* shares another parameter's data (not stored itself) */
+} lh_param_info;
+typedef void (*lh_param_visit_fn)(const lh_param_info *p, void *user);
+void lh_model_foreach_param(const lh_model *m, lh_param_visit_fn fn, void *user);
 
 /* ---- building blocks: the implementations behind the host API table (lh_plugin.h) ---- */
 lh_module *lh_build_module_root(lh_build *b);

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #define ARENA_CHUNK_MIN ((size_t)64 * 1024)
@@ -606,6 +607,8 @@ void lh_model_free(lh_model *m)
                 p->data = NULL;
                 p->data_owned = false;
             }
+    if (m->weight_region)
+        munmap(m->weight_region, m->weight_region_bytes);
     lh_checkpoint_close(m->weights); /* after the buffers: nothing points into it any more */
     lh_tree_build_free(m->b);
     free(m->provider);
@@ -613,6 +616,16 @@ void lh_model_free(lh_model *m)
 }
 
 /* ---- inspection ------------------------------------------------------------------------- */
+
+void lh_model_foreach_param(const lh_model *m, lh_param_visit_fn fn, void *user)
+{
+    for (lh_param *p = lh_tree_next_param(m->b, NULL); p; p = lh_tree_next_param(m->b, p)) {
+        lh_param_info info = {.module = p->owner->name, .name = p->name, .ndim = p->ndim,
+                              .dtype = p->dtype, .tied = p->tied_to != NULL};
+        memcpy(info.shape, p->shape, sizeof info.shape);
+        fn(&info, user);
+    }
+}
 
 int lh_model_find(const lh_model *m, const char *name, lh_module_info *info)
 {

@@ -99,6 +99,10 @@ struct lh_model {
      * lh_model_bind_weights succeeds (closed by lh_model_free); NULL before. */
     struct lh_checkpoint *weights;
     lh_bind_stats bind_stats;    /* what the bind did (valid when weights != NULL) */
+    /* With weight_placement huge_pages: one anonymous mapping holding every parameter
+     * (owned; munmapped by lh_model_free). */
+    void *weight_region;
+    size_t weight_region_bytes;
 };
 
 /* ---- module_tree.c ---- */

@@ -307,6 +307,37 @@ static void test_bad_requests(void)
     CU_ASSERT_PTR_NULL(e);
 }
 
+/* weight_placement huge_pages copies the weights out of the file mapping: same numbers */
+static void test_huge_page_placement(void)
+{
+    const char *root = lh_test_env("LH_FIXTURES");
+    static const char *const models[] = {"qwen2-f32", "llama-gqa-bf16", "qwen2-tied-bf16"};
+    for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/models/%s", root, models[mi]);
+        float *logits[2] = {NULL, NULL};
+        int64_t vocab = 0;
+        int32_t tokens[6] = {3, 1, 4, 1, 5, 9};
+        for (int placement = 0; placement < 2; placement++) {
+            const char *ov[] = {placement ? "weight_placement=huge_pages"
+                                          : "weight_placement=mmap",
+                                NULL};
+            lh_engine_options o = {.struct_size = sizeof o, .model = dir, .n_threads = 2,
+                                   .overrides = ov};
+            lh_engine *e = NULL;
+            lh_err err = {0};
+            CU_ASSERT_EQUAL_FATAL(lh_engine_open(host, &o, &e, &err), LH_OK);
+            vocab = lh_engine_vocab_size(e);
+            logits[placement] = malloc((size_t)(6 * vocab) * sizeof(float));
+            CU_ASSERT_EQUAL(lh_engine_logits(e, tokens, 6, logits[placement], &err), LH_OK);
+            lh_engine_close(e);
+        }
+        CU_ASSERT_EQUAL(memcmp(logits[0], logits[1], (size_t)(6 * vocab) * sizeof(float)), 0);
+        free(logits[0]);
+        free(logits[1]);
+    }
+}
+
 static int suite_init(void)
 {
     lh_host_options opts = {.struct_size = sizeof opts,
@@ -331,6 +362,7 @@ static CU_TestInfo tests[] = {
     {"mixed-length batch equals each sequence alone", test_batch_equals_alone},
     {"1 and 2 threads agree", test_threads_agree},
     {"bad requests are clear errors", test_bad_requests},
+    {"huge-page weight placement gives identical logits", test_huge_page_placement},
     CU_TEST_INFO_NULL,
 };
 
