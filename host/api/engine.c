@@ -2,6 +2,7 @@
  * weight-bound model with its kernel context and attention backend. */
 #include "llmhost.h"
 
+#include "api/attn_select.h"
 #include "api/host_api_table.h"
 #include "api/host_internal.h"
 #include "core/err.h"
@@ -12,10 +13,10 @@
 #include "runtime/generate.h"
 #include "weights/checkpoint.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define LH_DEFAULT_ATTN_BACKEND "vanilla"
 /* weight_placement: auto resolves to this; chosen by tools/bench/bench_inference (README) */
 #define LH_AUTO_PLACEMENT LH_PLACE_MMAP
 
@@ -44,14 +45,15 @@ void lh_engine_close(lh_engine *e)
     free(e);
 }
 
-static lh_status attention_ops(lh_host *h, const char *name, const lh_attn_ops **ops, lh_err *err)
+static lh_status attention_ops(lh_host *h, const lh_run_config *rc, const lh_model_config *cfg,
+                               const lh_attn_ops **ops, lh_err *err)
 {
-    const lh_reg_entry *entry;
-    lh_registry_lock(&h->reg);
-    lh_status st = lh_registry_ensure(&h->reg, LH_KIND_ATTENTION_BACKEND, name, &entry, err);
-    lh_registry_unlock(&h->reg);
+    lh_attn_choice choice;
+    lh_status st = lh_select_attention_backend(&h->reg, rc, cfg, &choice, err);
     if (st != LH_OK)
-        return lh_err_prefix(err, "attention backend");
+        return st;
+    const lh_reg_entry *entry = choice.entry;
+    lh_attn_choice_free(&choice);
     const lh_attn_backend_provider *p = &entry->p.attn;
     if (p->struct_size < offsetof(lh_attn_backend_provider, ops) + sizeof p->ops || !p->ops ||
         !p->ops->create || !p->ops->forward || !p->ops->destroy)
@@ -86,6 +88,15 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     lh_resolve_request req = {.struct_size = sizeof req, .model = o->model,
                               .config_file = o->config_file, .overrides = o->overrides};
     lh_status st = lh_prepare_request(&req, &e->rc, &e->cfg, err);
+    if (st == LH_OK && o->attn_backend) {
+        char kv[256];
+        snprintf(kv, sizeof kv, "attn_backend=%s", o->attn_backend);
+        st = lh_run_config_set(&e->rc, kv, err);
+    }
+    /* the backend first: an unknown name fails before any plugin loads */
+    const lh_attn_ops *ops = NULL;
+    if (st == LH_OK)
+        st = attention_ops(h, &e->rc, e->cfg, &ops, err);
     if (st == LH_OK)
         st = lh_resolve(&h->reg, e->cfg, &e->rc, &e->res, err);
     if (st == LH_OK && e->res.kind != LH_KIND_MODEL)
@@ -105,10 +116,6 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
                                                                       : e->rc.weight_placement;
     if (st == LH_OK && place == LH_PLACE_HUGE_PAGES)
         st = lh_model_place_weights_huge(e->model, err);
-    const lh_attn_ops *ops = NULL;
-    if (st == LH_OK)
-        st = attention_ops(h, o->attn_backend ? o->attn_backend : LH_DEFAULT_ATTN_BACKEND, &ops,
-                           err);
     if (st == LH_OK) {
         lh_device cpu = {LH_DEVICE_CPU, 0};
         e->kctx = lh_k_ctx_create(o->n_threads, cpu);

@@ -2,6 +2,7 @@
  * resolution and the module tree. */
 #include "llmhost.h"
 
+#include "api/attn_select.h"
 #include "api/host_api_table.h"
 #include "api/host_internal.h"
 #include "config/model_config.h"
@@ -186,6 +187,48 @@ lh_status lh_host_list_json(lh_host *h, char **json_out, lh_err *err)
     return dump(j, json_out, err);
 }
 
+lh_status lh_host_backends_json(lh_host *h, char **json_out, lh_err *err)
+{
+    lh_err_clear(err);
+    lh_registry *reg = &h->reg;
+    lh_registry_lock(reg);
+    size_t n;
+    const char **names = lh_registry_known_names(reg, LH_KIND_ATTENTION_BACKEND, &n);
+    json_t *arr = json_array();
+    lh_status st = LH_OK;
+    for (size_t i = 0; i < n && st == LH_OK; i++) {
+        const lh_reg_entry *e;
+        st = lh_registry_ensure(reg, LH_KIND_ATTENTION_BACKEND, names[i], &e, err);
+        if (st != LH_OK)
+            break;
+        uint64_t caps = e->p.attn.capabilities;
+        json_t *c = json_object();
+        static const struct {
+            uint64_t bit;
+            const char *key;
+        } keys[] = {{LH_ATTN_CAP_FUSED_ROPE, "fused_rope"}, {LH_ATTN_CAP_FUSED_QKV, "fused_qkv"},
+                    {LH_ATTN_CAP_MLA, "mla"},               {LH_ATTN_CAP_FP8_KV, "fp8_kv"},
+                    {LH_ATTN_CAP_FP4_KV, "fp4_kv"},         {LH_ATTN_CAP_CHUNKED, "chunked"},
+                    {LH_ATTN_CAP_SPARSE, "sparse"},
+                    {LH_ATTN_CAP_SLIDING_WINDOW, "sliding_window"}};
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            json_object_set_new(c, keys[k].key, json_boolean((caps & keys[k].bit) != 0));
+        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:b,s:o}", "name", e->name,
+                                             "shared_object", e->module->path, "origin",
+                                             e->module->builtin ? "builtin" : "external",
+                                             "forward", e->p.attn.ops != NULL, "capabilities",
+                                             c));
+    }
+    free(names);
+    json_t *j = json_pack("{s:o,s:o}", "backends", arr, "loaded_plugins", loaded_plugins(reg));
+    lh_registry_unlock(reg);
+    if (st != LH_OK) {
+        json_decref(j);
+        return st;
+    }
+    return dump(j, json_out, err);
+}
+
 lh_status lh_host_loaded_plugins_json(lh_host *h, char **json_out, lh_err *err)
 {
     lh_registry_lock(&h->reg);
@@ -255,6 +298,11 @@ static lh_status resolve_common(lh_host *h, const lh_resolve_request *req, bool 
     lh_model_config *cfg;
     lh_status st = lh_prepare_request(req, &rc, &cfg, err);
     lh_resolution r = {0};
+    /* explain: the attention backend is chosen first, so an unknown name fails before any
+     * plugin loads (its check reads only the indexes) */
+    lh_attn_choice choice = {0};
+    if (st == LH_OK && explain)
+        st = lh_select_attention_backend(&h->reg, &rc, cfg, &choice, err);
     if (st == LH_OK)
         st = lh_resolve(&h->reg, cfg, &rc, &r, err);
     json_t *j = NULL;
@@ -263,7 +311,10 @@ static lh_status resolve_common(lh_host *h, const lh_resolve_request *req, bool 
         j = resolution_json(&h->reg, &r);
         lh_registry_unlock(&h->reg);
         json_object_set_new(j, "config", json_string(cfg->path));
+        if (choice.trace)
+            json_object_set(j, "attention", choice.trace);
     }
+    lh_attn_choice_free(&choice);
     if (st == LH_OK && explain) {
         lh_model *m = NULL;
         st = lh_model_build(lh_host_api_table(), &r.entry->p.model, cfg, &rc, &m, err);

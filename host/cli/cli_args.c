@@ -24,6 +24,7 @@ enum {
     OPT_THREADS,
     OPT_ATTN_BACKEND,
     OPT_WEIGHT_PLACEMENT,
+    OPT_ATTN_FALLBACK,
 };
 
 static const struct option options[] = {
@@ -45,6 +46,7 @@ static const struct option options[] = {
     {"max-new-tokens", required_argument, NULL, 'n'},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"attn-backend", required_argument, NULL, OPT_ATTN_BACKEND},
+    {"attn-backend-fallback", no_argument, NULL, OPT_ATTN_FALLBACK},
     {"weight-placement", required_argument, NULL, OPT_WEIGHT_PLACEMENT},
     {NULL, 0, NULL, 0},
 };
@@ -144,7 +146,8 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
             a->threads = (int)t;
             break;
         }
-        case OPT_ATTN_BACKEND: a->attn_backend = optarg; break;
+        case OPT_ATTN_BACKEND: rc = add_override(a, "attn-backend", optarg); break;
+        case OPT_ATTN_FALLBACK: rc = add_override(a, "attn-backend-fallback", "true"); break;
         case OPT_WEIGHT_PLACEMENT: rc = add_override(a, "weight-placement", optarg); break;
         case OPT_LOG_LEVEL:
             if (strcmp(optarg, "error") && strcmp(optarg, "warn") && strcmp(optarg, "info") &&

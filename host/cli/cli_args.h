@@ -24,7 +24,6 @@ typedef struct lh_cli_args {
     const char *out_file; /* --out */
     long max_new;         /* -n / --max-new-tokens; -1 when not given */
     int threads;          /* --threads; 0: every core */
-    const char *attn_backend;
     bool json;
     bool help;
     bool allow_insecure;

@@ -92,6 +92,25 @@ static void print_trace(const json_t *j)
                jstr(v, "name"), jstr(v, "decision"));
 }
 
+static void print_attention(const json_t *j)
+{
+    const json_t *a = json_object_get(j, "attention");
+    if (!a)
+        return;
+    printf("attention backend:\n");
+    printf("  requested                %s (from %s)\n", jstr(a, "requested"), jstr(a, "origin"));
+    if (json_is_string(json_object_get(a, "fallback")))
+        printf("  fallback                 %s\n", jstr(a, "fallback"));
+    printf("  selected                 %s (%s)\n", jstr(a, "normalized"), jstr(a, "shared_object"));
+    printf("  capabilities             %s\n", jstr(a, "capabilities"));
+    size_t i;
+    const json_t *c;
+    json_array_foreach(json_object_get(a, "checks"), i, c)
+        printf("  check %-18s needed %-3s supported %s\n", jstr(c, "capability"),
+               json_is_true(json_object_get(c, "needed")) ? "yes" : "no",
+               json_is_true(json_object_get(c, "supported")) ? "yes" : "no");
+}
+
 static json_int_t jint(const json_t *o, const char *key)
 {
     return json_integer_value(json_object_get(o, key));
@@ -163,6 +182,53 @@ int lh_cli_list(const lh_cli_args *a)
     return st == LH_OK ? 0 : report(&err);
 }
 
+int lh_cli_backends(const lh_cli_args *a)
+{
+    if (a->help) {
+        printf("usage: llmhost backends [--json] [--custom-module-dir DIR]...\n"
+               "The capability matrix of every attention backend the indexes offer. Loads the "
+               "attention backend plugins and nothing else.\n\n%s", lh_cli_exit_status_text);
+        return 0;
+    }
+    if (a->model) {
+        fprintf(stderr, "llmhost backends: takes no MODEL argument\n");
+        return LH_E_USAGE;
+    }
+    apply_log_level(a);
+    lh_err err = {0};
+    lh_host *h;
+    if (open_host(a, &h, &err))
+        return report(&err);
+    char *text = NULL;
+    lh_status st = lh_host_backends_json(h, &text, &err);
+    if (st == LH_OK && a->json) {
+        print_json_text(text);
+    } else if (st == LH_OK) {
+        json_t *j = json_loads(text, 0, NULL);
+        static const char *const caps[] = {"fused_rope", "fused_qkv", "mla", "fp8_kv",
+                                           "fp4_kv", "chunked", "sparse", "sliding_window"};
+        printf("%-12s", "BACKEND");
+        for (size_t c = 0; c < sizeof caps / sizeof *caps; c++)
+            printf(" %-14s", caps[c]);
+        printf(" SHARED OBJECT\n");
+        size_t i;
+        json_t *b;
+        json_array_foreach(json_object_get(j, "backends"), i, b) {
+            printf("%-12s", jstr(b, "name"));
+            for (size_t c = 0; c < sizeof caps / sizeof *caps; c++)
+                printf(" %-14s",
+                       json_is_true(json_object_get(json_object_get(b, "capabilities"), caps[c]))
+                           ? "yes"
+                           : "-");
+            printf(" %s (%s)\n", jstr(b, "shared_object"), jstr(b, "origin"));
+        }
+        json_decref(j);
+    }
+    free(text);
+    lh_host_free(h);
+    return st == LH_OK ? 0 : report(&err);
+}
+
 static int resolve_or_explain(const lh_cli_args *a, bool explain)
 {
     if (a->help) {
@@ -204,6 +270,7 @@ static int resolve_or_explain(const lh_cli_args *a, bool explain)
         print_resolution(j);
         if (explain) {
             print_trace(j);
+            print_attention(j);
             print_plan(j);
         }
         json_decref(j);

@@ -10,6 +10,7 @@ extern const char lh_cli_exit_status_text[];
 int lh_cli_list(const lh_cli_args *a);
 int lh_cli_resolve(const lh_cli_args *a);
 int lh_cli_explain(const lh_cli_args *a);
+int lh_cli_backends(const lh_cli_args *a);
 int lh_cli_run(const lh_cli_args *a);
 int lh_cli_logits(const lh_cli_args *a);
 

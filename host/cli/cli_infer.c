@@ -63,7 +63,7 @@ static int open_engine(const lh_cli_args *a, lh_host **h, lh_engine **e, lh_err 
     lh_engine_options eo = {.struct_size = sizeof eo, .model = a->model,
                             .config_file = a->config_file,
                             .overrides = (const char *const *)a->overrides,
-                            .n_threads = a->threads, .attn_backend = a->attn_backend};
+                            .n_threads = a->threads};
     if (st == LH_OK)
         st = lh_engine_open(*h, &eo, e, err);
     return (int)st;

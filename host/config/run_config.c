@@ -8,6 +8,7 @@
 #include "core/fileio.h"
 #include "core/strutil.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,18 +19,34 @@
 
 static const char *const root_keys[] = {"mm_encoder_only", "model_impl",     "dtype",
                                         "max_seq_len",     "max_batch_size", "quant",
-                                        "weight_placement"};
+                                        "weight_placement", "attn_backend",
+                                        "attn_backend_fallback"};
 static const char *const impl_keys[] = {"target", "mode"};
 static const char *const quant_keys[] = {"scheme", "group_size", "rules", "exclude_modules"};
 static const char *const rule_keys[] = {"pattern", "scheme", "group_size"};
 /* Keys lh_run_config_set accepts. */
 static const char *const flag_keys[] = {"mm_encoder_only", "model_impl",     "dtype",
                                         "max_seq_len",     "max_batch_size", "quant",
-                                        "weight_placement"};
+                                        "weight_placement", "attn_backend",
+                                        "attn_backend_fallback"};
 
 static const char *const scheme_names[] = {"none", "fp8", "int8", "int4"};
 static const char *const mode_names[] = {"off", "auto", "require"};
 static const char *const placement_names[] = {"auto", "mmap", "huge_pages"};
+
+/* Backend names are normalized once, here, so that validation and dispatch cannot disagree
+ * about "Paged" vs "paged". */
+static lh_status set_backend_name(lh_run_config *rc, const char *name, lh_err *err)
+{
+    char *copy = lh_strdup(name);
+    if (!copy)
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    for (char *p = copy; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    free(rc->attn_backend);
+    rc->attn_backend = copy;
+    return LH_OK;
+}
 
 const char *lh_weight_placement_name(lh_weight_placement p)
 {
@@ -190,6 +207,7 @@ void lh_run_config_free(lh_run_config *rc)
         return;
     free(rc->source);
     free(rc->model_impl_target);
+    free(rc->attn_backend);
     free_rules(rc->quant.rules, rc->quant.n_rules);
     free_strings(rc->quant.exclude_modules, rc->quant.n_exclude);
     lh_run_config_init(rc);
@@ -264,6 +282,11 @@ json_t *lh_run_config_to_json(const lh_run_config *rc)
     bad |= obj_set(o, "origin", origin_json(rc, rc->max_batch_size_origin));
     bad |= obj_set(j, "max_batch_size", o);
 
+    o = json_object();
+    bad |= obj_set(o, "value", rc->attn_backend ? json_string(rc->attn_backend) : json_null());
+    bad |= obj_set(o, "origin", origin_json(rc, rc->attn_backend_origin));
+    bad |= obj_set(o, "fallback", json_boolean(rc->attn_backend_fallback));
+    bad |= obj_set(j, "attn_backend", o);
     o = json_object();
     bad |= obj_set(o, "value", json_string(lh_weight_placement_name(rc->weight_placement)));
     bad |= obj_set(o, "origin", origin_json(rc, rc->weight_placement_origin));
@@ -728,6 +751,17 @@ static lh_status apply_tree(rc_ctx *c, const lh_ynode *root)
         } else if (strcmp(k, "quant") == 0) {
             if ((st = y_quant(c, v)))
                 return st;
+        } else if (strcmp(k, "attn_backend") == 0) {
+            const char *name;
+            if ((st = y_string(c, v, k, "an attention backend name", &name)))
+                return st;
+            if ((st = set_backend_name(rc, name, c->err)))
+                return st;
+            rc->attn_backend_origin = yorigin(v);
+        } else if (strcmp(k, "attn_backend_fallback") == 0) {
+            if ((st = y_bool(c, v, k, &rc->attn_backend_fallback)))
+                return st;
+            rc->attn_backend_fallback_origin = yorigin(v);
         } else if (strcmp(k, "weight_placement") == 0) {
             int p;
             if ((st = y_enum(c, v, k, placement_names, N_OF(placement_names), &p)))
@@ -874,6 +908,19 @@ lh_status lh_run_config_set(lh_run_config *rc, const char *key_eq_value, lh_err 
         rc->model_impl_target = t;
         rc->model_impl_mode = (lh_impl_mode)mode;
         rc->model_impl_origin = fo;
+    } else if (strcmp(key, "attn_backend") == 0) {
+        lh_status st = set_backend_name(rc, value, err);
+        if (st)
+            return st;
+        rc->attn_backend_origin = fo;
+    } else if (strcmp(key, "attn_backend_fallback") == 0) {
+        bool b;
+        if (strcmp(value, "1") == 0 || strcmp(value, "0") == 0)
+            b = value[0] == '1';
+        else if (!parse_bool_text(value, &b, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        rc->attn_backend_fallback = b;
+        rc->attn_backend_fallback_origin = fo;
     } else if (strcmp(key, "weight_placement") == 0) {
         int p;
         if (!parse_enum_text(value, placement_names, N_OF(placement_names), &p, why, sizeof why))

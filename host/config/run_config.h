@@ -7,6 +7,8 @@
  *   max_seq_len: int > 0                                  (default: max_position_embeddings)
  *   max_batch_size: int > 0                               (default 1)
  *   weight_placement: auto|mmap|huge_pages                (default auto)
+ *   attn_backend: NAME                                    (case-insensitive; default vanilla)
+ *   attn_backend_fallback: bool                           (default false)
  *   quant:
  *     scheme: none|fp8|int8|int4          default scheme for linear layers (default none)
  *     group_size: int > 0                 for int4 (default 128)
@@ -78,6 +80,12 @@ typedef struct lh_run_config {
     lh_quant_config quant;
     lh_weight_placement weight_placement;
     lh_value_origin weight_placement_origin;
+    /* Attention backend name, normalized to lower case when parsed so that validation and
+     * dispatch see the same spelling; NULL: the default backend. */
+    char *attn_backend;
+    lh_value_origin attn_backend_origin;
+    bool attn_backend_fallback; /* unknown backend -> the default instead of an error */
+    lh_value_origin attn_backend_fallback_origin;
 } lh_run_config;
 
 /* Fills defaults. Never fails. */

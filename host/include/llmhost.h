@@ -75,6 +75,10 @@ typedef struct lh_resolve_request {
 } lh_resolve_request;
 LH_EXPORT lh_status lh_host_resolve_json(lh_host *h, const lh_resolve_request *req, char **json_out,
                                lh_err *err);
+/* JSON array (caller frees) of every attention backend the indexes offer, with its
+ * constant capabilities; loads the attention backend plugins and nothing else. */
+LH_EXPORT lh_status lh_host_backends_json(lh_host *h, char **json_out, lh_err *err);
+
 /* Parses and validates a run config (YAML file or NULL, plus "key=value" overrides) without
  * loading anything: the CLI calls it before declaring custom dirs so that a bad run config
  * fails before any plugin loads. Errors: LH_E_IO, LH_E_CONFIG, LH_E_USAGE. */
@@ -95,7 +99,7 @@ typedef struct lh_engine_options {
     const char *config_file;       /* YAML run config or NULL */
     const char *const *overrides;  /* NULL-terminated "key=value" list or NULL */
     int n_threads;                 /* <= 0: every online core */
-    const char *attn_backend;      /* NULL: "vanilla" */
+    const char *attn_backend;      /* NULL: the run config's attn_backend, else "vanilla" */
 } lh_engine_options;
 
 /* Resolves the model, builds its tree, binds the weights (mmap; zero-copy where the dtype

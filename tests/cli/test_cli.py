@@ -359,7 +359,10 @@ class TestExplain(CliTestCase):
         self.assertEqual(j["parameters"], PUBLISHED[name])
         self.assertEqual(j["weight_dtype"], "bfloat16")
         self.assertEqual(j["weight_bytes"], 2 * PUBLISHED[name])
-        self.assertEqual(j["loaded_plugins"], [j["shared_object"]])
+        # explain loads exactly the model's plugin and the one attention backend selected
+        self.assertEqual(j["loaded_plugins"],
+                         [j["attention"]["shared_object"], j["shared_object"]])
+        self.assertEqual(j["attention"]["normalized"], "vanilla")
 
     def test_llama_3_1_8b_parameters(self):
         self.check_published("llama-3.1-8b")
@@ -1075,6 +1078,48 @@ class TestInference(CliTestCase):
         rc, out, err = cli("logits", os.path.join(MODELS, "llama-mha-f32"), "--tokens", "1,2",
                            "--out", os.path.join(self.tmp, "no-such-dir", "x.npy"))
         self.assert_error((rc, out, err), 13, "io-error", "no-such-dir")
+
+    def test_backends_lists_capabilities_and_loads_only_backends(self):
+        j = self.ok_json("backends", "--json")
+        names = [b["name"] for b in j["backends"]]
+        self.assertIn("vanilla", names)
+        van = j["backends"][names.index("vanilla")]
+        self.assertTrue(van["capabilities"]["sliding_window"])
+        self.assertFalse(van["capabilities"]["mla"])
+        self.assertTrue(all(os.path.basename(p).startswith("libattn_")
+                            for p in j["loaded_plugins"]), j["loaded_plugins"])
+
+    def test_explain_backend_trace_and_case_insensitive_name(self):
+        j = self.ok_json("explain", cfg("mistral-7b-v0.1"), "--json", "--attn-backend", "VaNiLLa")
+        a = j["attention"]
+        self.assertEqual(a["requested"], "vanilla")  # normalized once, when parsed
+        self.assertEqual(a["origin"], "flag")
+        self.assertEqual(a["normalized"], "vanilla")
+        checks = {c["capability"]: c for c in a["checks"]}
+        self.assertTrue(checks["sliding_window"]["needed"])  # Mistral has a window
+        self.assertTrue(checks["sliding_window"]["supported"])
+        self.assertEqual(j["run_config"]["attn_backend"]["value"], "vanilla")
+
+    def test_unknown_backend_fails_before_any_plugin_loads(self):
+        rc, out, err = cli("explain", cfg("llama-3.1-8b"), "--attn-backend", "flash",
+                           "--log-level", "debug")
+        self.assert_error((rc, out, err), 4, "unknown-name", "'flash'", "available: vanilla")
+        self.assertNotIn("loaded ", err)  # the loader logs every dlopen at debug level
+
+    def test_unknown_backend_with_fallback(self):
+        j = self.ok_json("explain", cfg("llama-3.1-8b"), "--json", "--attn-backend", "flash",
+                         "--attn-backend-fallback")
+        self.assertIn("fell back to 'vanilla'", j["attention"]["fallback"])
+        self.assertEqual(j["attention"]["normalized"], "vanilla")
+
+    def test_backend_without_needed_capability(self):
+        d = self.mkdir("attn")
+        shutil.copy(tp("libattn_tp_backend.so"), d)
+        os.chmod(os.path.join(d, "libattn_tp_backend.so"), 0o755)
+        # tp_backend's TpPaged has no sliding-window capability; Mistral needs it
+        rc, out, err = cli("explain", cfg("mistral-7b-v0.1"), "--custom-module-dir", d,
+                           "--attn-backend", "tppaged")
+        self.assert_error((rc, out, err), 14, "unsupported", "sliding_window", "TpPaged")
 
     def test_unknown_attention_backend(self):
         rc, out, err = cli("run", os.path.join(MODELS, "llama-mha-f32"), "--prompt-tokens", "1",

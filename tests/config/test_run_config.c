@@ -739,11 +739,51 @@ static void test_names(void)
     lh_run_config_free(&rc);
 }
 
+/* attn_backend is normalized when parsed; weight_placement is an enum; both are flags too */
+static void test_backend_and_placement(void)
+{
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_PTR_NULL(rc.attn_backend);
+    CU_ASSERT_EQUAL(rc.weight_placement, LH_PLACE_AUTO);
+    lh_err err = {0};
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "attn_backend: PaGed\n"
+                                              "attn_backend_fallback: yes\n"
+                                              "weight_placement: huge_pages\n",
+                                              "b.yaml", &err),
+                    LH_OK);
+    CU_ASSERT_STRING_EQUAL(rc.attn_backend, "paged");
+    CU_ASSERT_TRUE(rc.attn_backend_fallback);
+    CU_ASSERT_EQUAL(rc.weight_placement, LH_PLACE_HUGE_PAGES);
+    origin_is(&rc, rc.attn_backend_origin, "b.yaml:1:15");
+    origin_is(&rc, rc.weight_placement_origin, "b.yaml:3:");
+    EXPECT_SET(&rc, "attn-backend=VANILLA", LH_OK, NULL);
+    CU_ASSERT_STRING_EQUAL(rc.attn_backend, "vanilla");
+    origin_is(&rc, rc.attn_backend_origin, "flag");
+    EXPECT_SET(&rc, "weight-placement=mmap", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.weight_placement, LH_PLACE_MMAP);
+    EXPECT_SET(&rc, "weight-placement=huge", LH_E_USAGE, "--weight-placement", "huge_pages");
+    EXPECT_SET(&rc, "attn_backend_fallback=maybe", LH_E_USAGE, "attn_backend_fallback");
+    json_t *j = lh_run_config_to_json(&rc);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(j, "attn_backend"),
+                                                             "value")),
+                           "vanilla");
+    json_decref(j);
+    lh_run_config_free(&rc);
+    EXPECT_STR("weight_placement: thp\n", LH_E_CONFIG, "weight_placement", "inline.yaml:1:",
+               "huge_pages");
+    EXPECT_STR("attn_backend: [a]\n", LH_E_CONFIG, "attn_backend", "inline.yaml:1:");
+    EXPECT_STR("attn_backend_fallback: 3\n", LH_E_CONFIG, "attn_backend_fallback");
+    EXPECT_STR("attn_backnd: x\n", LH_E_CONFIG, "did you mean 'attn_backend'");
+}
+
 static CU_TestInfo load_tests[] = {
     {"defaults", test_defaults},
     {"full file: values and origins", test_full_file},
     {"empty files", test_empty_files},
     {"io errors", test_io_error},
+    {"attn_backend and weight_placement", test_backend_and_placement},
     CU_TEST_INFO_NULL,
 };
 

@@ -123,7 +123,9 @@ def main():
                     is_inside(so, plugins) and so.endswith("/libmodel_llama.so"),
                     "shared_object %s, expected under %s" % (so, plugins))
             c.check("explain: origin builtin", j.get("origin") == "builtin", str(j.get("origin")))
-            c.check("explain: loaded only that plugin", j.get("loaded_plugins") == [so],
+            att = (j.get("attention") or {}).get("shared_object", "")
+            c.check("explain: loaded only that plugin and its attention backend",
+                    j.get("loaded_plugins") == [att, so] and is_inside(att, plugins),
                     str(j.get("loaded_plugins")))
             c.check("explain: parameters %d" % LLAMA_8B_PARAMS,
                     j.get("parameters") == LLAMA_8B_PARAMS, str(j.get("parameters")))
