@@ -13,6 +13,8 @@
 #include "runtime/generate.h"
 #include "weights/checkpoint.h"
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,9 +72,12 @@ static int64_t default_max_seq_len(const lh_model_config *cfg)
     const lh_model_geometry *g = &cfg->geo;
     int64_t n = g->max_position_embeddings > 0 ? g->max_position_embeddings : 4096;
     if (g->rope_scaling.kind && strcmp(g->rope_scaling.kind, "dynamic") == 0 &&
-        g->rope_scaling.factor > 1.0)
-        n = (int64_t)((double)n * g->rope_scaling.factor);
-    return n;
+        g->rope_scaling.factor > 1.0) {
+        double scaled = (double)n * g->rope_scaling.factor;
+        /* positions are int32 in the attention contract */
+        n = scaled < (double)INT32_MAX ? (int64_t)scaled : INT32_MAX;
+    }
+    return n < INT32_MAX ? n : INT32_MAX;
 }
 
 lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out, lh_err *err)
@@ -81,6 +86,10 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     lh_err_clear(err);
     if (!h || !o || !o->model)
         return lh_err_set(err, LH_E_USAGE, "lh_engine_open: host, options and model are required");
+    if (o->struct_size < offsetof(lh_engine_options, attn_backend) + sizeof o->attn_backend)
+        return lh_err_set(err, LH_E_USAGE, "lh_engine_open: options.struct_size %u is smaller "
+                          "than this library's %zu; set it to sizeof(lh_engine_options)",
+                          o->struct_size, sizeof *o);
     lh_engine *e = calloc(1, sizeof *e);
     if (!e)
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
@@ -119,9 +128,12 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     if (st == LH_OK) {
         lh_device cpu = {LH_DEVICE_CPU, 0};
         e->kctx = lh_k_ctx_create(o->n_threads, cpu);
+        /* the kernel library says why (thread limit, LLMHOST_KERNELS_ISA); silence means OOM */
+        const char *why = e->kctx ? "" : lh_k_last_error(NULL);
         if (!e->kctx)
-            st = lh_err_set(err, LH_E_NOMEM, "cannot create the kernel context (%d threads)",
-                            o->n_threads);
+            st = lh_err_set(err, why[0] ? LH_E_USAGE : LH_E_NOMEM,
+                            "cannot create the kernel context (%d threads): %s", o->n_threads,
+                            why[0] ? why : "out of memory");
     }
     if (st == LH_OK) {
         int64_t max_seq = e->rc.max_seq_len ? e->rc.max_seq_len : default_max_seq_len(e->cfg);
@@ -143,6 +155,16 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
 int64_t lh_engine_vocab_size(const lh_engine *e)
 {
     return e ? e->dec.vocab : 0;
+}
+
+int64_t lh_engine_max_seq_len(const lh_engine *e)
+{
+    return e ? e->dec.max_seq_len : 0;
+}
+
+int64_t lh_engine_max_batch_size(const lh_engine *e)
+{
+    return e ? e->dec.max_seqs : 0;
 }
 
 lh_status lh_engine_logits(lh_engine *e, const int32_t *tokens, int64_t n, float *out,

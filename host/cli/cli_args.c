@@ -125,7 +125,10 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
         case OPT_INSECURE: a->allow_insecure = true; break;
         case OPT_DTYPE: rc = add_override(a, "dtype", optarg); break;
         case OPT_MAX_SEQ_LEN: rc = add_override(a, "max-seq-len", optarg); break;
-        case OPT_MAX_BATCH: rc = add_override(a, "max-batch-size", optarg); break;
+        case OPT_MAX_BATCH:
+            a->batch_size_given = true;
+            rc = add_override(a, "max-batch-size", optarg);
+            break;
         case OPT_MODEL_IMPL: rc = add_override(a, "model-impl", optarg); break;
         case OPT_ENCODER_ONLY: rc = add_override(a, "mm-encoder-only", "true"); break;
         case OPT_QUANT: rc = add_override(a, "quant", optarg); break;
@@ -141,8 +144,9 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
         case OPT_OUT: a->out_file = optarg; break;
         case 'n': rc = parse_long(a->command, "-n", optarg, 0, 1L << 30, &a->max_new); break;
         case OPT_THREADS: {
-            long t;
-            rc = parse_long(a->command, "--threads", optarg, 1, 4096, &t);
+            /* the kernel library enforces its own limit and says so */
+            long t = 0;
+            rc = parse_long(a->command, "--threads", optarg, 1, 1L << 20, &t);
             a->threads = (int)t;
             break;
         }

@@ -24,6 +24,7 @@ typedef struct lh_cli_args {
     const char *out_file; /* --out */
     long max_new;         /* -n / --max-new-tokens; -1 when not given */
     int threads;          /* --threads; 0: every core */
+    bool batch_size_given; /* --max-batch-size was on the command line */
     bool json;
     bool help;
     bool allow_insecure;

@@ -3,6 +3,8 @@
 
 #include "llmhost.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +34,8 @@ static int parse_ids(const char *cmd, const char *flag, const char *text, int32_
     for (;;) {
         char *end;
         errno = 0;
-        long v = strtol(p, &end, 10);
+        /* digits only: strtol alone would also take " 1" and "+1" */
+        long v = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : (end = (char *)p, 0);
         if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
             fprintf(stderr, "llmhost %s: %s '%s': token %lld is not an id (a whole number >= 0 "
                     "in a comma-separated list)\n", cmd, flag, text, (long long)*n);
@@ -48,12 +51,13 @@ static int parse_ids(const char *cmd, const char *flag, const char *text, int32_
     return 0;
 }
 
-static int open_engine(const lh_cli_args *a, lh_host **h, lh_engine **e, lh_err *err)
+static int open_engine(const lh_cli_args *a, char *const *overrides, lh_host **h,
+                       lh_engine **e, lh_err *err)
 {
     *e = NULL;
     lh_host_options opts = {.struct_size = sizeof opts,
                             .allow_insecure_plugins = a->allow_insecure};
-    lh_status st = lh_validate_run_config(a->config_file, (const char *const *)a->overrides, err);
+    lh_status st = lh_validate_run_config(a->config_file, (const char *const *)overrides, err);
     if (st == LH_OK)
         st = lh_host_create(&opts, h, err);
     for (size_t i = 0; st == LH_OK && i < a->n_custom_dirs; i++)
@@ -62,7 +66,7 @@ static int open_engine(const lh_cli_args *a, lh_host **h, lh_engine **e, lh_err 
         st = lh_host_add_custom_dirs_from_env(*h, err);
     lh_engine_options eo = {.struct_size = sizeof eo, .model = a->model,
                             .config_file = a->config_file,
-                            .overrides = (const char *const *)a->overrides,
+                            .overrides = (const char *const *)overrides,
                             .n_threads = a->threads};
     if (st == LH_OK)
         st = lh_engine_open(*h, &eo, e, err);
@@ -72,7 +76,9 @@ static int open_engine(const lh_cli_args *a, lh_host **h, lh_engine **e, lh_err 
 static const char run_help[] =
     "usage: llmhost run MODEL --prompt-tokens IDS [--prompt-tokens IDS]... [-n N] [--json]\n"
     "       [--threads N] [--attn-backend NAME] [--config FILE.yaml] [run-config flags]\n"
-    "Greedy generation from token ids (comma-separated), all prompts in one batch.\n"
+    "Greedy generation from token ids (comma-separated), all prompts in one batch (the batch\n"
+    "size defaults to the number of prompts). Exactly N tokens per prompt: end-of-sequence\n"
+    "ids do not stop generation yet.\n"
     "-n N (--max-new-tokens) new tokens per prompt (default 32). With --json, one line per\n"
     "prompt: {\"tokens\": [generated ids]}.\n";
 
@@ -96,8 +102,26 @@ int lh_cli_run(const lh_cli_args *a)
     lh_host *h = NULL;
     lh_engine *e = NULL;
     int32_t *out = NULL;
-    if (rc == 0 && (rc = open_engine(a, &h, &e, &err)) != 0)
+    /* `run` batches its prompts: without --max-batch-size (or a run config, which decides for
+     * itself) the batch is as large as the number of prompts */
+    char *ov[LH_CLI_MAX_OVERRIDES + 2] = {0};
+    char batch[64];
+    size_t n_ov = 0;
+    for (; n_ov < a->n_overrides; n_ov++)
+        ov[n_ov] = a->overrides[n_ov];
+    if (!a->batch_size_given && !a->config_file && a->n_prompts > 1) {
+        snprintf(batch, sizeof batch, "max-batch-size=%zu", a->n_prompts);
+        ov[n_ov++] = batch;
+    }
+    if (rc == 0 && (rc = open_engine(a, ov, &h, &e, &err)) != 0)
         rc = report(&err);
+    for (size_t s = 0; rc == 0 && s < a->n_prompts; s++)
+        if (lens[s] + max_new - (max_new > 0) > lh_engine_max_seq_len(e)) {
+            fprintf(stderr, "llmhost: error [usage]: prompt %zu (%lld tokens) + -n %lld exceeds "
+                    "max_seq_len %lld; raise --max-seq-len or lower -n\n", s, (long long)lens[s],
+                    (long long)max_new, (long long)lh_engine_max_seq_len(e));
+            rc = LH_E_USAGE;
+        }
     if (rc == 0) {
         out = malloc((size_t)(a->n_prompts * (size_t)(max_new ? max_new : 1)) * sizeof *out);
         if (!out) {
@@ -145,7 +169,7 @@ int lh_cli_logits(const lh_cli_args *a)
     lh_host *h = NULL;
     lh_engine *e = NULL;
     float *logits = NULL;
-    if ((rc = open_engine(a, &h, &e, &err)) != 0)
+    if ((rc = open_engine(a, a->overrides, &h, &e, &err)) != 0)
         rc = report(&err);
     int64_t vocab = rc == 0 ? lh_engine_vocab_size(e) : 0;
     if (rc == 0 && !(logits = malloc((size_t)n * (size_t)vocab * sizeof *logits))) {
@@ -157,9 +181,15 @@ int lh_cli_logits(const lh_cli_args *a)
         rc = report(&err);
     if (rc == 0 && lh_save_npy_f32(a->out_file, logits, n, vocab, &err) != LH_OK)
         rc = report(&err);
-    if (rc == 0 && a->json)
-        printf("{\"out\": \"%s\", \"shape\": [%lld, %lld]}\n", a->out_file, (long long)n,
-               (long long)vocab);
+    if (rc == 0 && a->json) {
+        json_t *j = json_pack("{s:s,s:[I,I]}", "out", a->out_file, "shape", (json_int_t)n,
+                              (json_int_t)vocab);
+        char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        if (text)
+            puts(text);
+        free(text);
+        json_decref(j);
+    }
     free(logits);
     free(ids);
     lh_engine_close(e);

@@ -529,7 +529,12 @@ static lh_status parse_fields(mc_ctx *c, lh_model_config *cfg)
     if ((st = get_int_field(c, root, "sliding_window", "sliding_window", 1, &g->sliding_window,
                             &p)))
         return st;
-    if (has_use_sw && !use_sw)
+    /* Qwen2/Qwen3 configs carry a sliding_window they use only when use_sliding_window is true,
+     * which transformers defaults to false for them; elsewhere (Mistral) the window applies
+     * unless use_sliding_window is explicitly false. */
+    bool opt_in = g->model_type && (strncmp(g->model_type, "qwen2", 5) == 0 ||
+                                    strncmp(g->model_type, "qwen3", 5) == 0);
+    if (opt_in ? !(has_use_sw && use_sw) : (has_use_sw && !use_sw))
         g->sliding_window = 0;
     if ((st = get_int_field(c, root, "attention_chunk_size", "attention_chunk_size", 1,
                             &g->attention_chunk_size, &p)))

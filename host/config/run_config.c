@@ -977,6 +977,11 @@ static lh_status rule_sizes(const lh_run_config *rc, lh_err *err)
     if (rc->max_seq_len < 0)
         return lh_err_set(err, LH_E_CONFIG, "max_seq_len=%lld (from %s) must be > 0",
                           (long long)rc->max_seq_len, ORIGIN(rc, rc->max_seq_len_origin));
+    /* positions travel as int32 (lh_attention.h) */
+    if (rc->max_seq_len > INT32_MAX)
+        return lh_err_set(err, LH_E_CONFIG, "max_seq_len=%lld (from %s) must be at most %d",
+                          (long long)rc->max_seq_len, ORIGIN(rc, rc->max_seq_len_origin),
+                          INT32_MAX);
     if (rc->max_batch_size <= 0)
         return lh_err_set(err, LH_E_CONFIG, "max_batch_size=%lld (from %s) must be > 0",
                           (long long)rc->max_batch_size, ORIGIN(rc, rc->max_batch_size_origin));

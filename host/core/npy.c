@@ -13,6 +13,12 @@ static const char magic[6] = {(char)0x93, 'N', 'U', 'M', 'P', 'Y'};
 lh_status lh_save_npy_f32(const char *path, const float *data, int64_t rows, int64_t cols,
                            lh_err *err)
 {
+    int64_t count64;
+    if (!path || (!data && rows && cols) || rows < 0 || cols < 0 ||
+        __builtin_mul_overflow(rows, cols, &count64) || count64 > INT64_MAX / 4)
+        return lh_err_set(err, LH_E_USAGE, "lh_save_npy_f32: invalid arguments (path %s, data "
+                          "%s, shape [%lld, %lld])", path ? path : "NULL", data ? "set" : "NULL",
+                          (long long)rows, (long long)cols);
     char dict[128];
     int n = snprintf(dict, sizeof dict,
                      "{'descr': '<f4', 'fortran_order': False, 'shape': (%" PRId64 ", %" PRId64
@@ -40,8 +46,11 @@ lh_status lh_save_npy_f32(const char *path, const float *data, int64_t rows, int
     ok = ok && fwrite(data, sizeof(float), count, f) == count; /* x86-64: little-endian */
     if (fclose(f) != 0)
         ok = false;
-    if (!ok)
-        return lh_err_set(err, LH_E_IO, "%s: write error: %s", path, strerror(errno));
+    if (!ok) {
+        lh_status st = lh_err_set(err, LH_E_IO, "%s: write error: %s", path, strerror(errno));
+        remove(path); /* no half-written array left behind */
+        return st;
+    }
     return LH_OK;
 }
 
@@ -103,8 +112,9 @@ lh_status lh_npy_read_f32(const char *path, float **data, int64_t *rows, int64_t
         const char *p = shape && *shape == '(' ? shape + 1 : NULL;
         while (p && *p != ')' && nd < 3) {
             char *end;
+            errno = 0;
             long long v = strtoll(p, &end, 10);
-            if (end == p || v < 0) {
+            if (end == p || v < 0 || errno) {
                 p = NULL;
                 break;
             }
@@ -116,10 +126,15 @@ lh_status lh_npy_read_f32(const char *path, float **data, int64_t *rows, int64_t
         if (!p || nd == 0 || nd > 2 || *p != ')')
             st = lh_err_set(err, LH_E_CONFIG, "%s: shape must have 1 or 2 dimensions", path);
     }
+    int64_t count64 = 0;
+    if (st == LH_OK && (__builtin_mul_overflow(dims[0], nd == 2 ? dims[1] : 1, &count64) ||
+                        count64 > ((int64_t)1 << 36)))
+        st = lh_err_set(err, LH_E_CONFIG, "%s: shape (%lld, %lld) is implausibly large", path,
+                        (long long)dims[0], (long long)dims[1]);
     if (st == LH_OK) {
         *rows = dims[0];
         *cols = nd == 2 ? dims[1] : 1;
-        size_t count = (size_t)*rows * (size_t)*cols;
+        size_t count = (size_t)count64;
         *data = malloc(count ? count * sizeof(float) : 1);
         if (!*data)
             st = lh_err_set(err, LH_E_NOMEM, "%s: out of memory", path);

@@ -111,13 +111,18 @@ LH_EXPORT lh_status lh_engine_open(lh_host *h, const lh_engine_options *opts, lh
                                    lh_err *err);
 LH_EXPORT void lh_engine_close(lh_engine *e);
 LH_EXPORT int64_t lh_engine_vocab_size(const lh_engine *e);
+/* Tokens one sequence may hold (run config max_seq_len, else the model's length) and
+ * sequences one call may carry (max_batch_size). */
+LH_EXPORT int64_t lh_engine_max_seq_len(const lh_engine *e);
+LH_EXPORT int64_t lh_engine_max_batch_size(const lh_engine *e);
 /* Logits of every position of one sequence: out [n, vocab] float32, caller-allocated. */
 LH_EXPORT lh_status lh_engine_logits(lh_engine *e, const int32_t *tokens, int64_t n, float *out,
                                      lh_err *err);
 /* Greedy generation for n_seqs prompts in one batch: out [n_seqs, max_new] ids,
- * caller-allocated. Errors: LH_E_USAGE for an empty prompt, an id outside the vocabulary, or
- * more sequences than max_batch_size; LH_E_UNSUPPORTED when a sequence would exceed
- * max_seq_len. */
+ * caller-allocated. Exactly max_new tokens per sequence: end-of-sequence ids do not stop it.
+ * Errors (all checked before any step runs): LH_E_USAGE for an empty prompt, an id outside
+ * the vocabulary, more sequences than max_batch_size, or prompt + max_new beyond
+ * max_seq_len; LH_E_UNSUPPORTED for NaN logits. */
 LH_EXPORT lh_status lh_engine_generate_greedy(lh_engine *e, const int32_t *const *prompts,
                                               const int64_t *lens, int64_t n_seqs,
                                               int64_t max_new, int32_t *out, lh_err *err);

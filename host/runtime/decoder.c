@@ -61,15 +61,68 @@ static lh_status bind_layer(lh_decoder_layer *L, const lh_model *m, int64_t i, l
     return LH_OK;
 }
 
+/* What this forward pass implements of the Llama-family knobs; anything else is refused by
+ * name rather than silently computed the Llama way. */
+static lh_status check_supported(const lh_model_config *cfg, lh_err *err)
+{
+    const lh_model_geometry *g = &cfg->geo;
+    if (g->has_mla)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "%s: multi-head latent attention has no forward "
+                          "pass yet (kv_lora_rank is set)", cfg->path);
+    const char *act;
+    if (lh_model_config_get_string(cfg, "hidden_act", &act) == 1 && strcmp(act, "silu") != 0 &&
+        strcmp(act, "swish") != 0)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "%s: hidden_act '%s' is not supported; the "
+                          "gated MLP implements silu", cfg->path, act);
+    static const char *const prf_keys[] = {"partial_rotary_factor",
+                                           "rope_parameters.partial_rotary_factor",
+                                           "rope_scaling.partial_rotary_factor"};
+    for (size_t i = 0; i < sizeof prf_keys / sizeof *prf_keys; i++) {
+        double prf;
+        if (lh_model_config_get_double(cfg, prf_keys[i], &prf) == 1 && prf != 1.0)
+            return lh_err_set(err, LH_E_UNSUPPORTED, "%s: %s=%g is not supported (RoPE over the "
+                              "whole head only)", cfg->path, prf_keys[i], prf);
+    }
+    static const char *const trunc_keys[] = {"rope_parameters.truncate", "rope_scaling.truncate"};
+    for (size_t i = 0; i < sizeof trunc_keys / sizeof *trunc_keys; i++) {
+        bool t;
+        if (lh_model_config_get_bool(cfg, trunc_keys[i], &t) == 1 && !t)
+            return lh_err_set(err, LH_E_UNSUPPORTED, "%s: %s=false (untruncated yarn correction "
+                              "range) is not supported", cfg->path, trunc_keys[i]);
+    }
+    bool mlp_bias;
+    if (lh_model_config_get_bool(cfg, "mlp_bias", &mlp_bias) == 1 && mlp_bias)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "%s: mlp_bias=true is not supported", cfg->path);
+    return LH_OK;
+}
+
+/* The window of layer i: transformers' layer_types when given, else Qwen2's
+ * max_window_layers (layers from that index on slide), else every layer. */
+static int64_t layer_window(const lh_model_config *cfg, int64_t i)
+{
+    int64_t w = cfg->geo.sliding_window;
+    if (w <= 0)
+        return 0;
+    char key[64];
+    snprintf(key, sizeof key, "layer_types.%lld", (long long)i);
+    const char *type;
+    if (lh_model_config_get_string(cfg, key, &type) == 1)
+        return strcmp(type, "sliding_attention") == 0 ? w : 0;
+    int64_t mwl;
+    if (lh_model_config_get_int(cfg, "max_window_layers", &mwl) == 1)
+        return i >= mwl ? w : 0;
+    return w;
+}
+
 lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_config *cfg,
                           const lh_attn_ops *ops, int64_t max_seq_len, int64_t max_seqs,
                           lh_err *err)
 {
     memset(d, 0, sizeof *d);
     const lh_model_geometry *g = &cfg->geo;
-    if (g->has_mla)
-        return lh_err_set(err, LH_E_UNSUPPORTED, "%s: multi-head latent attention has no forward "
-                          "pass yet (kv_lora_rank is set)", cfg->path);
+    lh_status st0 = check_supported(cfg, err);
+    if (st0 != LH_OK)
+        return st0;
     d->hidden = g->hidden_size;
     d->intermediate = g->intermediate_size;
     d->n_layers = g->num_hidden_layers;
@@ -97,8 +150,10 @@ lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_confi
         st = lh_k_rope_init(&d->rope, d->head_dim, g->rope_theta, &g->rope_scaling,
                             g->max_position_embeddings);
         if (st != LH_OK)
-            lh_err_set(err, st, "%s: rope_scaling: cannot build the RoPE table (kind '%s')",
-                       cfg->path, g->rope_scaling.kind ? g->rope_scaling.kind : "default");
+            st = lh_err_set(err, LH_E_CONFIG, "%s: cannot build the RoPE table (rope_theta %g, "
+                            "scaling '%s'): %s", cfg->path, g->rope_theta,
+                            g->rope_scaling.kind ? g->rope_scaling.kind : "default",
+                            lh_k_last_error(NULL));
     }
     for (int64_t i = 0; i < d->n_layers && st == LH_OK; i++) {
         lh_attn_geometry ag = {
@@ -107,7 +162,7 @@ lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_confi
             .num_heads = d->heads,
             .num_kv_heads = d->kv_heads,
             .head_dim = d->head_dim,
-            .sliding_window = g->sliding_window,
+            .sliding_window = layer_window(cfg, i),
             .scale = (float)(1.0 / sqrt((double)d->head_dim)),
             .max_seq_len = max_seq_len,
             .max_seqs = max_seqs,
@@ -302,6 +357,9 @@ lh_status lh_decoder_forward(lh_decoder *d, lh_kctx *kctx, const lh_attn_step *s
         st = layer_forward(d, kctx, step, i, err);
     if (st != LH_OK || n_out == 0)
         return st;
+    if (n_out > T)
+        return lh_err_set(err, LH_E_USAGE, "forward: %lld logits rows for a batch of %lld tokens",
+                          (long long)n_out, (long long)T);
     /* logits only for the rows asked for (usually each sequence's last token) */
     for (int64_t i = 0; i < n_out; i++) {
         if (out_rows[i] < 0 || out_rows[i] >= T)

@@ -70,14 +70,17 @@ static lh_status check_tokens(const lh_decoder *d, const int32_t *t, int64_t n, 
     return LH_OK;
 }
 
-/* argmax that keeps the first maximum, as torch.argmax does */
-static int32_t argmax_row(const float *row, int64_t n)
+/* Greedy choice for every row (the kernel's argmax keeps the first maximum, as torch does,
+ * and refuses NaN rows rather than silently skipping them). */
+static lh_status pick(lh_decoder *d, lh_kctx *kctx, const float *logits, int64_t rows,
+                      int32_t *ids, lh_err *err)
 {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (row[i] > row[best])
-            best = i;
-    return (int32_t)best;
+    int64_t shape[2] = {rows, d->vocab};
+    lh_tensor t = lh_tensor_cpu(LH_DTYPE_F32, (void *)logits, 2, shape);
+    lh_status st = lh_k_argmax(kctx, &t, ids);
+    if (st != LH_OK)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "greedy choice: %s", lh_k_last_error(kctx));
+    return LH_OK;
 }
 
 lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const *prompts,
@@ -98,6 +101,13 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
         lh_status st = check_tokens(d, prompts[s], lens[s], s, err);
         if (st != LH_OK)
             return st;
+        /* refuse up front what would fail max_new steps later */
+        if (lens[s] + max_new - (max_new > 0) > d->max_seq_len)
+            return lh_err_set(err, LH_E_USAGE, "generate: sequence %lld needs %lld tokens (prompt "
+                              "%lld + %lld new), more than max_seq_len %lld (raise --max-seq-len "
+                              "or lower -n)", (long long)s,
+                              (long long)(lens[s] + max_new - (max_new > 0)), (long long)lens[s],
+                              (long long)max_new, (long long)d->max_seq_len);
         total += lens[s];
     }
     if (max_new == 0)
@@ -122,8 +132,10 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
     }
     lh_attn_step step = make_step(&b, total, n_seqs);
     st = lh_decoder_forward(d, kctx, &step, b.tokens, b.out_rows, n_seqs, b.logits, err);
+    if (st == LH_OK)
+        st = pick(d, kctx, b.logits, n_seqs, b.tokens, err);
     for (int64_t s = 0; s < n_seqs && st == LH_OK; s++)
-        out[s * max_new] = argmax_row(b.logits + s * d->vocab, d->vocab);
+        out[s * max_new] = b.tokens[s];
     /* decode: one new token per sequence per step */
     for (int64_t k = 1; k < max_new && st == LH_OK; k++) {
         for (int64_t s = 0; s < n_seqs; s++) {
@@ -136,8 +148,10 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
         }
         step = make_step(&b, n_seqs, n_seqs);
         st = lh_decoder_forward(d, kctx, &step, b.tokens, b.out_rows, n_seqs, b.logits, err);
+        if (st == LH_OK)
+            st = pick(d, kctx, b.logits, n_seqs, b.tokens, err);
         for (int64_t s = 0; s < n_seqs && st == LH_OK; s++)
-            out[s * max_new + k] = argmax_row(b.logits + s * d->vocab, d->vocab);
+            out[s * max_new + k] = b.tokens[s];
     }
     for (int64_t s = 0; s < n_seqs; s++)
         lh_decoder_release(d, s);

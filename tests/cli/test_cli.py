@@ -1036,6 +1036,30 @@ class TestInference(CliTestCase):
         for line, want in zip(lines, ref["greedy"]):
             self.assertEqual(json.loads(line), {"tokens": want})
 
+    def test_run_batches_its_prompts_by_default(self):
+        ref = self.reference("llama-mha-f32")
+        args = ["run", os.path.join(MODELS, "llama-mha-f32"), "-n", "6", "--json"]
+        for p in ref["prompts"]:
+            args += ["--prompt-tokens", ",".join(str(t) for t in p)]
+        rc, out, err = cli(*args)
+        self.assertEqual(rc, 0, err)
+        got = [json.loads(line)["tokens"] for line in out.strip().splitlines()]
+        self.assertEqual(got, [g[:6] for g in ref["greedy"]])
+
+    def test_run_limits_are_usage_errors(self):
+        model = os.path.join(MODELS, "llama-mha-f32")
+        rc, out, err = cli("run", model, "--prompt-tokens", "1,2,3", "-n", "1073741824")
+        self.assert_error((rc, out, err), 2, "usage", "max_seq_len", "-n")
+        rc, out, err = cli("run", model, "--prompt-tokens", "1", "--threads", "4096")
+        self.assert_error((rc, out, err), 2, "usage", "4096", "limit")
+
+    def test_logits_json_escapes_the_path(self):
+        out_path = os.path.join(self.tmp, 'a"b.npy')
+        rc, out, err = cli("logits", os.path.join(MODELS, "llama-mha-f32"), "--tokens", "1,2",
+                           "--out", out_path, "--json")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(json.loads(out)["out"], out_path)
+
     def test_run_text_output_and_threads(self):
         ref = self.reference("qwen3-f32")
         prompt = ",".join(str(t) for t in ref["prompts"][0])
@@ -1060,7 +1084,7 @@ class TestInference(CliTestCase):
 
     def test_bad_token_lists_are_usage_errors(self):
         model = os.path.join(MODELS, "llama-mha-f32")
-        for bad in ("1,,2", "a,b", "-1", "1,2,", ""):
+        for bad in ("1,,2", "a,b", "-1", "1,2,", "", " 1", "+1", "1, 2"):
             rc, out, err = cli("run", model, "--prompt-tokens", bad)
             self.assertEqual(rc, 2, (bad, err))
         rc, out, err = cli("run", model, "--prompt-tokens", "1,99999")
@@ -1103,7 +1127,7 @@ class TestInference(CliTestCase):
     def test_unknown_backend_fails_before_any_plugin_loads(self):
         rc, out, err = cli("explain", cfg("llama-3.1-8b"), "--attn-backend", "flash",
                            "--log-level", "debug")
-        self.assert_error((rc, out, err), 4, "unknown-name", "'flash'", "available: vanilla")
+        self.assert_error((rc, out, err), 4, "unknown-name", "'flash'", "available:", "vanilla")
         self.assertNotIn("loaded ", err)  # the loader logs every dlopen at debug level
 
     def test_unknown_backend_with_fallback(self):

@@ -680,14 +680,22 @@ static void test_validate(void)
 
     /* seq len * batch overflow, with both origins */
     lh_run_config_init(&rc);
-    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "max_seq_len: 4611686018427387904\n",
-                                              "o.yaml", NULL),
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "max_seq_len: 2147483647\n", "o.yaml", NULL),
                     LH_OK);
-    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "max_batch_size=4", NULL), LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "max_batch_size=4611686018427387904", NULL), LH_OK);
     CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_E_CONFIG);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "max_seq_len=4611686018427387904 (from o.yaml:1:14)"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "max_batch_size=4 (from flag)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "max_seq_len=2147483647 (from o.yaml:1:14)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "max_batch_size=4611686018427387904 (from flag)"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "overflow"));
+    lh_run_config_free(&rc);
+
+    /* positions are int32 in the attention contract: max_seq_len is capped */
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "max_seq_len: 2147483648\n", "c.yaml", NULL),
+                    LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "max_seq_len=2147483648 (from c.yaml:1:14)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "at most 2147483647"));
     lh_run_config_free(&rc);
 
     /* mode needs a target (API users can build such a struct) */

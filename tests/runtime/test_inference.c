@@ -17,6 +17,7 @@
 #include "runner.h"
 
 #include <dirent.h>
+#include <unistd.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -293,6 +294,14 @@ static void test_bad_requests(void)
     const char *ov[] = {"max_seq_len=4", NULL};
     o.overrides = ov;
     CU_ASSERT_EQUAL_FATAL(lh_engine_open(host, &o, &e, &err), LH_OK);
+    /* ... before any step runs when generation would outgrow it */
+    int32_t three[3] = {1, 2, 3};
+    const int32_t *p3[1] = {three};
+    int64_t l3[1] = {3};
+    int32_t o10[10];
+    CU_ASSERT_EQUAL(lh_engine_generate_greedy(e, p3, l3, 1, 10, o10, &err), LH_E_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "max_seq_len 4"));
+    CU_ASSERT_EQUAL(lh_engine_generate_greedy(e, p3, l3, 1, 2, o10, &err), LH_OK); /* 3+2-1 */
     int32_t five[5] = {1, 2, 3, 4, 5};
     float l5[5 * 4096];
     CU_ASSERT_EQUAL(lh_engine_logits(e, five, 5, l5, &err), LH_E_UNSUPPORTED);
@@ -338,6 +347,121 @@ static void test_huge_page_placement(void)
     }
 }
 
+/* A copy of fixture `name` in a temp dir whose config.json gets `edit` applied (jansson object
+ * merge; a JSON null value deletes the key). The weights are symlinked. */
+static char *edited_fixture(const char *name, const char *edit)
+{
+    const char *root = lh_test_env("LH_FIXTURES");
+    char *dir = lh_test_mkdtemp();
+    if (!dir)
+        return NULL;
+    char src[1200], dst[1200];
+    snprintf(src, sizeof src, "%s/models/%s/config.json", root, name);
+    json_t *cfg = json_load_file(src, 0, NULL), *patch = json_loads(edit, 0, NULL);
+    const char *key;
+    json_t *v;
+    json_object_foreach(patch, key, v) {
+        if (json_is_null(v))
+            json_object_del(cfg, key);
+        else
+            json_object_set(cfg, key, v);
+    }
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    json_dump_file(cfg, dst, 0);
+    json_decref(cfg);
+    json_decref(patch);
+    snprintf(src, sizeof src, "%s/models/%s/model.safetensors", root, name);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    if (symlink(src, dst) != 0) {
+        lh_test_rmtree(dir);
+        free(dir);
+        return NULL;
+    }
+    return dir;
+}
+
+static lh_status open_status(const char *dir, lh_err *err)
+{
+    lh_engine_options o = {.struct_size = sizeof o, .model = dir, .n_threads = 1};
+    lh_engine *e = NULL;
+    lh_status st = lh_engine_open(host, &o, &e, err);
+    lh_engine_close(e);
+    return st;
+}
+
+/* Llama-family knobs this forward pass does not implement are refused by name, never
+ * computed the Llama way */
+static void test_unsupported_knobs(void)
+{
+    static const struct {
+        const char *edit, *needle;
+    } cases[] = {
+        {"{\"hidden_act\": \"gelu\"}", "hidden_act 'gelu'"},
+        {"{\"partial_rotary_factor\": 0.5}", "partial_rotary_factor=0.5"},
+        {"{\"mlp_bias\": true}", "mlp_bias"},
+        {"{\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4.0, "
+         "\"rope_theta\": 10000.0, \"original_max_position_embeddings\": 64, "
+         "\"truncate\": false}}",
+         "truncate=false"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *dir = edited_fixture("llama-mha-f32", cases[i].edit);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+        lh_err err = {0};
+        CU_ASSERT_EQUAL(open_status(dir, &err), LH_E_UNSUPPORTED);
+        if (!strstr(err.msg, cases[i].needle))
+            printf("\n    expected '%s' in: %s", cases[i].needle, err.msg);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, cases[i].needle));
+        lh_test_rmtree(dir);
+        free(dir);
+    }
+    /* silu spelled swish is the same activation */
+    char *dir = edited_fixture("llama-mha-f32", "{\"hidden_act\": \"swish\"}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+    lh_err err = {0};
+    CU_ASSERT_EQUAL(open_status(dir, &err), LH_OK);
+    lh_test_rmtree(dir);
+    free(dir);
+}
+
+/* Qwen2 carries sliding_window but uses it only with use_sliding_window (default false in
+ * transformers) and then only on the layers layer_types marks: both spellings of "no window"
+ * must still match transformers' full-attention logits */
+static void test_qwen2_window_rules(void)
+{
+    static const char *const edits[] = {
+        "{\"sliding_window\": 4, \"use_sliding_window\": null}",
+        "{\"sliding_window\": 4, \"use_sliding_window\": true, "
+        "\"layer_types\": [\"full_attention\", \"full_attention\"]}",
+        "{\"sliding_window\": 4, \"use_sliding_window\": true, \"layer_types\": null, "
+        "\"max_window_layers\": 28}",
+    };
+    fixture f;
+    char dir0[1024];
+    snprintf(dir0, sizeof dir0, "%s/models", lh_test_env("LH_FIXTURES"));
+    CU_ASSERT_TRUE_FATAL(fixture_load(dir0, "qwen2-f32", &f));
+    for (size_t i = 0; i < sizeof edits / sizeof *edits; i++) {
+        char *dir = edited_fixture("qwen2-f32", edits[i]);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+        lh_engine_options o = {.struct_size = sizeof o, .model = dir, .n_threads = 1};
+        lh_engine *e = NULL;
+        lh_err err = {0};
+        CU_ASSERT_EQUAL_FATAL(lh_engine_open(host, &o, &e, &err), LH_OK);
+        int64_t vocab = lh_engine_vocab_size(e);
+        float *ours = malloc((size_t)(f.lens[1] * vocab) * sizeof *ours);
+        CU_ASSERT_EQUAL(lh_engine_logits(e, f.prompts[1], f.lens[1], ours, &err), LH_OK);
+        double d = compare_logits(&f, 1, ours, vocab, "");
+        if (!(d <= TOL_F32))
+            printf("\n    edit %zu: max |dlogit| %.3g", i, d);
+        CU_ASSERT(d <= TOL_F32);
+        free(ours);
+        lh_engine_close(e);
+        lh_test_rmtree(dir);
+        free(dir);
+    }
+    fixture_free(&f);
+}
+
 static int suite_init(void)
 {
     lh_host_options opts = {.struct_size = sizeof opts,
@@ -363,6 +487,8 @@ static CU_TestInfo tests[] = {
     {"1 and 2 threads agree", test_threads_agree},
     {"bad requests are clear errors", test_bad_requests},
     {"huge-page weight placement gives identical logits", test_huge_page_placement},
+    {"unsupported Llama-family knobs are refused by name", test_unsupported_knobs},
+    {"Qwen2 sliding-window rules match transformers", test_qwen2_window_rules},
     CU_TEST_INFO_NULL,
 };
 
