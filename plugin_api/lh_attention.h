@@ -32,6 +32,10 @@ typedef struct lh_attn_geometry {
     float scale;            /* multiplies q.k; usually 1/sqrt(head_dim) */
     int64_t max_seq_len;    /* longest sequence the cache must hold */
     int64_t max_seqs;       /* sequence slots (max batch size) */
+    /* Chunked attention (Llama 4): a query attends only to keys of its own chunk
+     * floor(position / attention_chunk_size). 0: none. A backend without
+     * LH_ATTN_CAP_CHUNKED is never given a nonzero value (checked at selection). */
+    int64_t attention_chunk_size;
 } lh_attn_geometry;
 
 /* One forward step over a packed batch: n_tokens tokens belonging to n_seqs sequences, the

@@ -38,6 +38,17 @@ LH_EXPORT void lh_k_convert_f16_to_f32(const uint16_t *src, float *dst, size_t n
 LH_EXPORT void lh_k_convert_f32_to_bf16(const float *src, uint16_t *dst, size_t n);
 LH_EXPORT void lh_k_convert_f32_to_f16(const float *src, uint16_t *dst, size_t n);
 
+/* fp8 e4m3, the OCP "FN" variant (torch.float8_e4m3fn): 1 sign, 4 exponent (bias 7) and 3
+ * mantissa bits; no infinities; S.1111.111 is NaN; largest finite +-448; smallest normal 2^-6,
+ * smallest subnormal 2^-9. fp8 -> f32 is exact. f32 -> fp8 rounds to nearest even and
+ * saturates: a magnitude >= 448 (infinity included) becomes +-448 (torch's cast gives NaN for
+ * magnitudes >= 464 instead); NaN stays NaN (0x7f | sign); magnitudes <= 2^-10 become a zero of
+ * the input's sign. */
+LH_EXPORT float lh_k_fp8_e4m3_to_f32(uint8_t v);
+LH_EXPORT uint8_t lh_k_f32_to_fp8_e4m3(float f);
+LH_EXPORT void lh_k_convert_fp8_e4m3_to_f32(const uint8_t *src, float *dst, size_t n);
+LH_EXPORT void lh_k_convert_f32_to_fp8_e4m3(const float *src, uint8_t *dst, size_t n);
+
 /* ---- Part 2: execution context and tensor kernels ---------------------------------------- */
 
 typedef struct lh_kctx lh_kctx;
@@ -121,6 +132,81 @@ LH_EXPORT lh_status lh_k_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor
 LH_EXPORT lh_status lh_k_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
                                    const lh_tensor *v, const int32_t *q_pos, float scale,
                                    int64_t sliding_window, lh_tensor *out);
+
+/* ---- paged KV cache ------------------------------------------------------------------------
+ *
+ * A paged KV cache is a pool of num_blocks blocks; each block holds block_size consecutive
+ * tokens of one sequence, for kv_heads heads of head_dim elements, for keys and for values.
+ * A sequence's tokens [i * block_size, (i + 1) * block_size) live in the physical block
+ * block_table[i] (its "logical block i"); different sequences use disjoint blocks, so a
+ * sequence's table entries are distinct. Two memory layouts:
+ *   LH_KV_NHD: k, v [num_blocks, block_size, kv_heads, head_dim] (a token's heads together)
+ *   LH_KV_HND: k, v [num_blocks, kv_heads, block_size, head_dim] (a head's tokens together)
+ * Element dtypes: f32, bf16, f16 or fp8_e4m3 (k and v alike). fp8 blocks carry one f32 scale
+ * per (block, kv head) for keys and one for values, k_scale and v_scale [num_blocks, kv_heads]:
+ * stored = value / scale, so an element reads back as lh_k_fp8_e4m3_to_f32(stored) * scale
+ * (computed in f32). The scales are ignored for the other dtypes. */
+typedef enum lh_kv_layout { LH_KV_NHD = 0, LH_KV_HND = 1 } lh_kv_layout;
+
+typedef struct lh_kv_pages {
+    lh_kv_layout layout;
+    lh_tensor k, v;             /* 4 dims, as above */
+    lh_tensor k_scale, v_scale; /* fp8 only: [num_blocks, kv_heads] f32 */
+} lh_kv_pages;
+
+/* Parameters of lh_k_paged_attention. struct_size = sizeof(lh_paged_attn_params); fields are
+ * only ever appended, and the kernel reads only those struct_size covers. */
+typedef struct lh_paged_attn_params {
+    uint32_t struct_size;
+    float scale;            /* multiplies q.k (usually 1/sqrt(head_dim)); finite */
+    int64_t sliding_window; /* > 0: key p visible to query position qp only if p > qp - window */
+    int64_t chunk_size;     /* > 0: chunked attention (Llama 4 attention_chunk_size): key p
+                             * visible to qp only if p / chunk_size == qp / chunk_size */
+    int64_t n_splits;       /* 0: automatic; n >= 1: split each query's context into at most n
+                             * partitions (flash-decoding), whatever T is (tests, tuning) */
+} lh_paged_attn_params;
+
+/* Attention of one sequence over its paged KV cache:
+ *   q [T, H, head_dim] f32, T query tokens at positions q_pos[t] (0 <= q_pos[t] < ctx_len);
+ *   kv: the pool (H % kv_heads == 0: query head h reads kv head h / (H / kv_heads));
+ *   block_table [n_table] (n_table >= ceil(ctx_len / block_size); the first ceil(ctx_len /
+ *   block_size) entries must be in [0, num_blocks)); the sequence's cached tokens are
+ *   positions 0 .. ctx_len - 1 (the step's own new tokens already written, see
+ *   lh_k_paged_kv_write);
+ *   out [T, H, head_dim] f32 (must not overlap q or the pool).
+ * Masks, all combined: causal (p <= q_pos[t]), sliding window and chunked as in params; every
+ * query sees at least its own position. Same numerics as lh_k_attention (f32 scores, max-
+ * subtracted softmax, weights normalized before the weighted sum of v) on the values the pool
+ * holds; when the context is split into partitions (flash-decoding: decode steps, T <= 8,
+ * whose visible blocks span more than 256 tokens, or params->n_splits), each partition's
+ * softmax is computed separately, in parallel, and the partials (max, sum, normalized output)
+ * are merged exactly: out = sum_i w_i o_i with w_i = s_i e^(m_i - M) / sum_j s_j e^(m_j - M),
+ * equal to the unsplit result up to float rounding. Unsplit: bit-identical to lh_k_attention
+ * on the pool's values (decoded to f32) laid out contiguously. The partitioning depends on
+ * T, the positions, ctx_len, block_size and params only, never on the thread count, so
+ * results do not depend on the thread count.
+ * Errors: LH_E_USAGE (shapes, table entries, positions, params), LH_E_UNSUPPORTED (dtype,
+ * device), LH_E_NOMEM. */
+LH_EXPORT lh_status lh_k_paged_attention(lh_kctx *ctx, const lh_tensor *q, const lh_kv_pages *kv,
+                                         const int32_t *block_table, int64_t n_table,
+                                         int64_t ctx_len, const int32_t *q_pos,
+                                         const lh_paged_attn_params *params, lh_tensor *out);
+
+/* Stores the keys and values of n new tokens, k and v [n, kv_heads, head_dim] f32, at the
+ * sequence's positions start .. start + n - 1 (converted to the pool's dtype, rounding to
+ * nearest even). start + n <= n_table * block_size; the table entries of the touched logical
+ * blocks must be in [0, num_blocks). Positions before `start` are the sequence's existing
+ * tokens; positions from `start` on are (over)written.
+ * fp8: a (block, kv head) that starts at or after `start` gets a fresh scale, amax / 448 over
+ * its new values (the largest maps to the largest code; all zero: scale 0, zeros stored). The
+ * block holding position start - 1 keeps its scale unless a new value exceeds 448 * scale;
+ * then the scale doubles until it covers the new amax, and the block's existing tokens for
+ * that head are re-encoded (each divided by the power of two: exact while its code stays
+ * normal), so a stored value is within 2^-4 |x| + 2^-9 * scale of the value written. Values
+ * must be finite. Errors: LH_E_USAGE, LH_E_UNSUPPORTED (dtype, device). */
+LH_EXPORT lh_status lh_k_paged_kv_write(lh_kctx *ctx, const lh_kv_pages *kv,
+                                        const int32_t *block_table, int64_t n_table,
+                                        int64_t start, const lh_tensor *k, const lh_tensor *v);
 
 #ifdef __cplusplus
 }

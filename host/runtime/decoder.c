@@ -166,6 +166,7 @@ lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_confi
             .scale = (float)(1.0 / sqrt((double)d->head_dim)),
             .max_seq_len = max_seq_len,
             .max_seqs = max_seqs,
+            .attention_chunk_size = g->attention_chunk_size,
         };
         char msg[512] = "";
         st = ops->create(&ag, &d->layers[i].attn, msg, sizeof msg);

@@ -86,7 +86,8 @@ typedef struct lh_cpu_ops {
 
 extern const lh_cpu_ops lh_cpu_ops_scalar;
 
-/* matmul tiles per ISA and weight dtype (matmul.c, matmul_avx2.c, matmul_avx512.c) */
+/* matmul tiles per ISA and weight dtype (matmul.c; matmul_avx2.c and matmul_avx512.c, both
+ * from matmul_simd.inc) */
 void lh_cpu_tile_scalar_f32(int, int, int64_t, const float *, int64_t, const void *, int64_t, float *,
                             int64_t);
 void lh_cpu_tile_scalar_bf16(int, int, int64_t, const float *, int64_t, const void *, int64_t,

@@ -1145,6 +1145,19 @@ class TestInference(CliTestCase):
                            "--attn-backend", "tppaged")
         self.assert_error((rc, out, err), 14, "unsupported", "sliding_window", "TpPaged")
 
+    def test_chunked_attention_needs_a_capable_backend(self):
+        with open(os.path.join(cfg("llama-3.1-8b"), "config.json")) as f:
+            conf = json.load(f)
+        conf["attention_chunk_size"] = 8192
+        d = self.mkdir("chunked")
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(conf, f)
+        rc, out, err = cli("explain", d, "--attn-backend", "vanilla")
+        self.assert_error((rc, out, err), 14, "unsupported", "chunked", "attention_chunk_size")
+        j = self.ok_json("explain", d, "--json", "--attn-backend", "paged")
+        checks = {c["capability"]: c for c in j["attention"]["checks"]}
+        self.assertTrue(checks["chunked"]["needed"] and checks["chunked"]["supported"])
+
     def test_unknown_attention_backend(self):
         rc, out, err = cli("run", os.path.join(MODELS, "llama-mha-f32"), "--prompt-tokens", "1",
                            "--attn-backend", "vanila")

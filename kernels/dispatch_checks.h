@@ -1,0 +1,37 @@
+/* Private to libllmhost_kernels: the argument checks every public kernel entry point shares
+ * (kernel_dispatch.c, paged_dispatch.c). Each returns LH_OK or sets the context's (or, with a
+ * NULL or busy context, the calling thread's) last error and returns its status. */
+#ifndef LH_KERNELS_DISPATCH_CHECKS_H
+#define LH_KERNELS_DISPATCH_CHECKS_H
+
+#include "cpu/cpu_kernels.h"
+
+/* dtype sets for lh_kd_check_tensor */
+#define LH_KD_F32 (1u << LH_DTYPE_F32)
+#define LH_KD_FLOAT (LH_KD_F32 | (1u << LH_DTYPE_BF16) | (1u << LH_DTYPE_F16))
+#define LH_KD_KV (LH_KD_FLOAT | (1u << LH_DTYPE_FP8_E4M3))
+
+#define LH_KD_CHECK(expr)                                                                     \
+    do {                                                                                      \
+        lh_status st_ = (expr);                                                               \
+        if (st_ != LH_OK)                                                                     \
+            return st_;                                                                       \
+    } while (0)
+
+const char *lh_kd_dt_name(lh_dtype dt);
+/* "[3, 7]" into buf */
+const char *lh_kd_shape_str(const lh_tensor *t, char *buf, size_t size);
+#define LH_KD_SH(t) lh_kd_shape_str((t), (char[96]){0}, 96)
+
+/* A usable context, not called from inside its own parallel_for. */
+lh_status lh_kd_begin(lh_kctx *ctx, const char *fn);
+/* NULL, device (CPU only in this build), rank in [ndim_lo, ndim_hi], dtype in `dtypes`,
+ * shape sanity, data pointer, contiguous row-major layout. */
+lh_status lh_kd_check_tensor(lh_kctx *ctx, const char *fn, const char *arg, const lh_tensor *t,
+                             int ndim_lo, int ndim_hi, unsigned dtypes);
+/* Whether two tensors' byte ranges intersect (NULL or empty ones never do). */
+bool lh_kd_overlaps(const lh_tensor *a, const lh_tensor *b);
+/* Same rank and dims. */
+bool lh_kd_same_shape(const lh_tensor *a, const lh_tensor *b);
+
+#endif
