@@ -36,6 +36,12 @@ typedef struct lh_attn_geometry {
      * floor(position / attention_chunk_size). 0: none. A backend without
      * LH_ATTN_CAP_CHUNKED is never given a nonzero value (checked at selection). */
     int64_t attention_chunk_size;
+    /* KV cache settings from the run config (kv_cache: ...). A backend that cannot honour
+     * one refuses it in create(). */
+    int64_t kv_block_size; /* tokens per block (paged backends) */
+    lh_dtype kv_dtype;     /* F32, BF16, F16 or FP8_E4M3 (needs LH_ATTN_CAP_FP8_KV) */
+    int32_t kv_layout;     /* 0: NHD [block][token][head][dim], 1: HND [block][head][token][dim] */
+    int64_t kv_max_tokens; /* pool size in tokens; 0: max_seq_len x max_seqs */
 } lh_attn_geometry;
 
 /* One forward step over a packed batch: n_tokens tokens belonging to n_seqs sequences, the

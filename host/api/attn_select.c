@@ -103,6 +103,8 @@ static lh_status select_locked(lh_registry *reg, const lh_run_config *rc,
         {"sliding_window", g->sliding_window > 0, LH_ATTN_CAP_SLIDING_WINDOW, "sliding_window"},
         {"chunked", g->attention_chunk_size > 0, LH_ATTN_CAP_CHUNKED, "attention_chunk_size"},
         {"mla", g->has_mla, LH_ATTN_CAP_MLA, "kv_lora_rank"},
+        {"fp8_kv", rc->kv_cache.dtype == LH_DTYPE_FP8_E4M3, LH_ATTN_CAP_FP8_KV,
+         "kv_cache.dtype fp8"},
     };
     json_t *checks = json_array();
     json_object_set_new(out->trace, "checks", checks);
@@ -111,9 +113,9 @@ static lh_status select_locked(lh_registry *reg, const lh_run_config *rc,
         check(checks, needs[i].what, needs[i].needed, have);
         if (needs[i].needed && !have)
             return lh_err_set(err, LH_E_UNSUPPORTED,
-                              "attention backend '%s' does not support %s, which %s needs (%s "
-                              "is set); backends: see `llmhost backends`",
-                              out->entry->name, needs[i].what, cfg->path, needs[i].why);
+                              "attention backend '%s' does not support %s, which this run needs "
+                              "(%s is set for %s); backends: see `llmhost backends`",
+                              out->entry->name, needs[i].what, needs[i].why, cfg->path);
     }
     return LH_OK;
 }

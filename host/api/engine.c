@@ -137,7 +137,8 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     }
     if (st == LH_OK) {
         int64_t max_seq = e->rc.max_seq_len ? e->rc.max_seq_len : default_max_seq_len(e->cfg);
-        st = lh_decoder_init(&e->dec, e->model, e->cfg, ops, max_seq, e->rc.max_batch_size, err);
+        st = lh_decoder_init(&e->dec, e->model, e->cfg, ops, max_seq, e->rc.max_batch_size,
+                             &e->rc.kv_cache, err);
         e->dec_ready = st == LH_OK;
     }
     if (st != LH_OK) {

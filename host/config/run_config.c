@@ -20,10 +20,15 @@
 static const char *const root_keys[] = {"mm_encoder_only", "model_impl",     "dtype",
                                         "max_seq_len",     "max_batch_size", "quant",
                                         "weight_placement", "attn_backend",
-                                        "attn_backend_fallback"};
+                                        "attn_backend_fallback", "kv_cache"};
 static const char *const impl_keys[] = {"target", "mode"};
 static const char *const quant_keys[] = {"scheme", "group_size", "rules", "exclude_modules"};
 static const char *const rule_keys[] = {"pattern", "scheme", "group_size"};
+static const char *const kv_keys[] = {"block_size", "dtype", "layout", "max_tokens"};
+static const char *const kv_dtype_names[] = {"auto", "float32", "bfloat16", "float16", "fp8"};
+static const lh_dtype kv_dtype_values[] = {LH_DTYPE_INVALID, LH_DTYPE_F32, LH_DTYPE_BF16,
+                                           LH_DTYPE_F16, LH_DTYPE_FP8_E4M3};
+static const char *const kv_layout_names[] = {"NHD", "HND"};
 /* Keys lh_run_config_set accepts. */
 static const char *const flag_keys[] = {"mm_encoder_only", "model_impl",     "dtype",
                                         "max_seq_len",     "max_batch_size", "quant",
@@ -183,6 +188,7 @@ void lh_run_config_init(lh_run_config *rc)
     rc->dtype = LH_DTYPE_INVALID;
     rc->max_seq_len = 0;
     rc->max_batch_size = 1;
+    rc->kv_cache.block_size = 16;
     rc->quant.scheme = LH_QUANT_NONE;
     rc->quant.group_size = DEFAULT_GROUP_SIZE;
 }
@@ -282,6 +288,15 @@ json_t *lh_run_config_to_json(const lh_run_config *rc)
     bad |= obj_set(o, "origin", origin_json(rc, rc->max_batch_size_origin));
     bad |= obj_set(j, "max_batch_size", o);
 
+    o = json_object();
+    bad |= obj_set(o, "block_size", json_integer(rc->kv_cache.block_size));
+    bad |= obj_set(o, "dtype", json_string(rc->kv_cache.dtype == LH_DTYPE_INVALID
+                                               ? "auto"
+                                               : lh_dtype_name(rc->kv_cache.dtype)));
+    bad |= obj_set(o, "layout", json_string(kv_layout_names[rc->kv_cache.layout ? 1 : 0]));
+    bad |= obj_set(o, "max_tokens", json_integer(rc->kv_cache.max_tokens));
+    bad |= obj_set(o, "origin", origin_json(rc, rc->kv_cache.origin));
+    bad |= obj_set(j, "kv_cache", o);
     o = json_object();
     bad |= obj_set(o, "value", rc->attn_backend ? json_string(rc->attn_backend) : json_null());
     bad |= obj_set(o, "origin", origin_json(rc, rc->attn_backend_origin));
@@ -476,6 +491,38 @@ static lh_status y_sequence(rc_ctx *c, const lh_ynode *n, const char *path, cons
     else
         snprintf(why, sizeof why, "expected %s, got %s", expected, lh_ynode_kind_name(n));
     return yerr(c, n, path, why);
+}
+
+static lh_status y_kv_cache(rc_ctx *c, const lh_ynode *n)
+{
+    bool empty;
+    lh_status st = y_mapping(c, n, "kv_cache",
+                             "a mapping {block_size, dtype, layout, max_tokens}", &empty);
+    if (st || empty)
+        return st;
+    if ((st = check_keys(c, n, "kv_cache", kv_keys, N_OF(kv_keys))))
+        return st;
+    lh_kv_cache_config *kv = &c->rc->kv_cache;
+    const lh_ynode *v;
+    if ((v = lh_ynode_get(n, "block_size")) &&
+        (st = y_pos_int(c, v, "kv_cache.block_size", &kv->block_size)))
+        return st;
+    if ((v = lh_ynode_get(n, "max_tokens")) &&
+        (st = y_pos_int(c, v, "kv_cache.max_tokens", &kv->max_tokens)))
+        return st;
+    int e;
+    if ((v = lh_ynode_get(n, "dtype"))) {
+        if ((st = y_enum(c, v, "kv_cache.dtype", kv_dtype_names, N_OF(kv_dtype_names), &e)))
+            return st;
+        kv->dtype = kv_dtype_values[e];
+    }
+    if ((v = lh_ynode_get(n, "layout"))) {
+        if ((st = y_enum(c, v, "kv_cache.layout", kv_layout_names, N_OF(kv_layout_names), &e)))
+            return st;
+        kv->layout = e;
+    }
+    kv->origin = yorigin(n);
+    return LH_OK;
 }
 
 static lh_status y_model_impl(rc_ctx *c, const lh_ynode *n)
@@ -750,6 +797,9 @@ static lh_status apply_tree(rc_ctx *c, const lh_ynode *root)
             rc->max_batch_size_origin = yorigin(v);
         } else if (strcmp(k, "quant") == 0) {
             if ((st = y_quant(c, v)))
+                return st;
+        } else if (strcmp(k, "kv_cache") == 0) {
+            if ((st = y_kv_cache(c, v)))
                 return st;
         } else if (strcmp(k, "attn_backend") == 0) {
             const char *name;

@@ -9,6 +9,8 @@
  *   weight_placement: auto|mmap|huge_pages                (default auto)
  *   attn_backend: NAME                                    (case-insensitive; default vanilla)
  *   attn_backend_fallback: bool                           (default false)
+ *   kv_cache: {block_size: int > 0 (16), dtype: auto|float32|bfloat16|float16|fp8,
+ *              layout: NHD|HND, max_tokens: int > 0 (default max_seq_len x max_batch_size)}
  *   quant:
  *     scheme: none|fp8|int8|int4          default scheme for linear layers (default none)
  *     group_size: int > 0                 for int4 (default 128)
@@ -64,6 +66,16 @@ typedef enum lh_weight_placement {
     LH_PLACE_HUGE_PAGES
 } lh_weight_placement;
 
+/* KV cache settings (DESIGN §8, paged backend). dtype LH_DTYPE_INVALID means auto (f32, the
+ * activations' dtype); LH_DTYPE_FP8_E4M3 needs a backend with the fp8-KV capability. */
+typedef struct lh_kv_cache_config {
+    int64_t block_size; /* tokens per block, default 16 */
+    lh_dtype dtype;
+    int layout;         /* 0: NHD, 1: HND (lh_kv_layout) */
+    int64_t max_tokens; /* pool size in tokens per layer; 0: max_seq_len x max_batch_size */
+    lh_value_origin origin;
+} lh_kv_cache_config;
+
 typedef struct lh_run_config {
     char *source; /* YAML file path, or NULL when none was given */
     bool mm_encoder_only;
@@ -86,6 +98,7 @@ typedef struct lh_run_config {
     lh_value_origin attn_backend_origin;
     bool attn_backend_fallback; /* unknown backend -> the default instead of an error */
     lh_value_origin attn_backend_fallback_origin;
+    lh_kv_cache_config kv_cache;
 } lh_run_config;
 
 /* Fills defaults. Never fails. */

@@ -116,7 +116,7 @@ static int64_t layer_window(const lh_model_config *cfg, int64_t i)
 
 lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_config *cfg,
                           const lh_attn_ops *ops, int64_t max_seq_len, int64_t max_seqs,
-                          lh_err *err)
+                          const lh_kv_cache_config *kv, lh_err *err)
 {
     memset(d, 0, sizeof *d);
     const lh_model_geometry *g = &cfg->geo;
@@ -167,6 +167,10 @@ lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_confi
             .max_seq_len = max_seq_len,
             .max_seqs = max_seqs,
             .attention_chunk_size = g->attention_chunk_size,
+            .kv_block_size = kv->block_size,
+            .kv_dtype = kv->dtype == LH_DTYPE_INVALID ? LH_DTYPE_F32 : kv->dtype,
+            .kv_layout = kv->layout,
+            .kv_max_tokens = kv->max_tokens,
         };
         char msg[512] = "";
         st = ops->create(&ag, &d->layers[i].attn, msg, sizeof msg);

@@ -11,6 +11,7 @@
 #define LH_RUNTIME_DECODER_H
 
 #include "config/model_config.h"
+#include "config/run_config.h"
 #include "lh_attention.h"
 #include "lh_kernels.h"
 #include "model/model.h"
@@ -45,7 +46,7 @@ typedef struct lh_decoder {
  * reports, LH_E_NOMEM. On error *d is left empty. */
 lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_config *cfg,
                           const lh_attn_ops *ops, int64_t max_seq_len, int64_t max_seqs,
-                          lh_err *err);
+                          const lh_kv_cache_config *kv, lh_err *err);
 void lh_decoder_free(lh_decoder *d);
 
 /* One forward step over step->n_tokens packed tokens. For each of the n_out rows listed in

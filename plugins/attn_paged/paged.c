@@ -9,9 +9,10 @@
  * (running out is an error naming blocks needed, free and total); forward() writes each
  * sequence's new keys and values into its blocks, then attends over its whole context.
  *
- * Settings: lh_attn_geometry carries the chunk size but no KV-cache settings yet, so the
- * registered backend uses paged_default_config for the rest (block_size 16, NHD, f32 KV, a
- * pool that holds max_seqs sequences of max_seq_len tokens, allocated as it fills). */
+ * Settings come from lh_attn_geometry (the run config's kv_cache: block_size, dtype, layout,
+ * max_tokens; attention_chunk_size); unset ones fall back to paged_default_config (block_size
+ * 16, NHD, f32 KV, a pool that holds max_seqs sequences of max_seq_len tokens, allocated as it
+ * fills). */
 #include "paged.h"
 
 #include "lh_kernels.h"
@@ -115,9 +116,16 @@ static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *er
 {
     paged_config cfg = paged_default_config;
     /* geometry fields appended after ABI 1.0 exist only when struct_size covers them */
-    if (g->struct_size >= offsetof(lh_attn_geometry, attention_chunk_size) +
-                             sizeof g->attention_chunk_size)
+    if (g->struct_size >= offsetof(lh_attn_geometry, kv_max_tokens) + sizeof g->kv_max_tokens) {
         cfg.chunk_size = g->attention_chunk_size;
+        if (g->kv_block_size > 0)
+            cfg.block_size = g->kv_block_size;
+        if (g->kv_dtype != LH_DTYPE_INVALID)
+            cfg.kv_dtype = g->kv_dtype;
+        cfg.layout = g->kv_layout == 1 ? LH_KV_HND : LH_KV_NHD;
+        if (g->kv_max_tokens > 0) /* whole blocks holding at least that many tokens */
+            cfg.num_blocks = (g->kv_max_tokens + cfg.block_size - 1) / cfg.block_size;
+    }
     return paged_create_with(g, &cfg, out, err, n);
 }
 
@@ -216,12 +224,10 @@ const lh_attn_ops paged_ops = {
 
 static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
 {
-    /* fp8 KV works in the kernels and in paged_create_with, but the contract cannot ask for
-     * a KV dtype yet (no kv_cache settings in lh_attn_geometry): not claimed until it can. */
     const lh_attn_backend_provider p = {
         .struct_size = sizeof p,
         .name = "paged",
-        .capabilities = LH_ATTN_CAP_SLIDING_WINDOW | LH_ATTN_CAP_CHUNKED,
+        .capabilities = LH_ATTN_CAP_SLIDING_WINDOW | LH_ATTN_CAP_CHUNKED | LH_ATTN_CAP_FP8_KV,
         .ops = &paged_ops,
     };
     return api->register_attention_backend(ctx, &p);

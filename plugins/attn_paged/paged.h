@@ -1,9 +1,7 @@
 /* Built-in attention backend "paged": internal interface, for the plugin itself and for tests
- * that drive the backend with settings the attention contract cannot carry yet.
- *
- * lh_attn_geometry (plugin_api/lh_attention.h) has no KV-cache settings (block size, layout,
- * dtype, pool size) and no attention_chunk_size, so the registered backend runs with
- * paged_default_config; paged_create_with takes them explicitly. */
+ * that drive the backend with explicit settings (split counts, pool sizes) the attention
+ * contract does not carry. The registered create() reads the run config's kv_cache settings
+ * and attention_chunk_size from lh_attn_geometry; paged_create_with takes them directly. */
 #ifndef LH_ATTN_PAGED_H
 #define LH_ATTN_PAGED_H
 

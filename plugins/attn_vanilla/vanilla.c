@@ -7,6 +7,7 @@
 #include "lh_plugin.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,13 @@ static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *er
                     (long long)g->layer_index, (long long)g->num_heads,
                     (long long)g->num_kv_heads, (long long)g->head_dim,
                     (long long)g->max_seq_len, (long long)g->max_seqs);
+    /* the oracle keeps its cache in f32, contiguously: it honours no other KV setting */
+    bool has_kv = g->struct_size >= offsetof(lh_attn_geometry, kv_max_tokens) +
+                                        sizeof g->kv_max_tokens;
+    if (has_kv && g->kv_dtype != LH_DTYPE_F32 && g->kv_dtype != LH_DTYPE_INVALID)
+        return fail(err, n, LH_E_UNSUPPORTED,
+                    "vanilla: kv_cache.dtype other than float32 is not supported (the reference "
+                    "backend keeps its cache in f32); use the paged backend");
     lh_attn_layer *l = calloc(1, sizeof *l);
     if (l)
         l->slots = calloc((size_t)g->max_seqs, sizeof *l->slots);

@@ -786,12 +786,43 @@ static void test_backend_and_placement(void)
     EXPECT_STR("attn_backnd: x\n", LH_E_CONFIG, "did you mean 'attn_backend'");
 }
 
+static void test_kv_cache(void)
+{
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(rc.kv_cache.block_size, 16);
+    CU_ASSERT_EQUAL(rc.kv_cache.dtype, LH_DTYPE_INVALID); /* auto */
+    lh_err err = {0};
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "kv_cache:\n  block_size: 64\n  dtype: fp8\n"
+                                              "  layout: HND\n  max_tokens: 4096\n",
+                                              "kv.yaml", &err),
+                    LH_OK);
+    CU_ASSERT_EQUAL(rc.kv_cache.block_size, 64);
+    CU_ASSERT_EQUAL(rc.kv_cache.dtype, LH_DTYPE_FP8_E4M3);
+    CU_ASSERT_EQUAL(rc.kv_cache.layout, 1);
+    CU_ASSERT_EQUAL(rc.kv_cache.max_tokens, 4096);
+    origin_is(&rc, rc.kv_cache.origin, "kv.yaml:2:");
+    json_t *j = lh_run_config_to_json(&rc);
+    json_t *kv = json_object_get(j, "kv_cache");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(kv, "dtype")), "fp8_e4m3");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(kv, "layout")), "HND");
+    json_decref(j);
+    lh_run_config_free(&rc);
+    EXPECT_STR("kv_cache:\n  dtype: int8\n", LH_E_CONFIG, "kv_cache.dtype", "fp8");
+    EXPECT_STR("kv_cache:\n  layout: NDH\n", LH_E_CONFIG, "kv_cache.layout", "HND");
+    EXPECT_STR("kv_cache:\n  block_size: 0\n", LH_E_CONFIG, "kv_cache.block_size");
+    EXPECT_STR("kv_cache:\n  blocksize: 4\n", LH_E_CONFIG, "did you mean 'block_size'");
+    EXPECT_STR("kv_cache: 16\n", LH_E_CONFIG, "kv_cache");
+}
+
 static CU_TestInfo load_tests[] = {
     {"defaults", test_defaults},
     {"full file: values and origins", test_full_file},
     {"empty files", test_empty_files},
     {"io errors", test_io_error},
     {"attn_backend and weight_placement", test_backend_and_placement},
+    {"kv_cache", test_kv_cache},
     CU_TEST_INFO_NULL,
 };
 

@@ -17,6 +17,7 @@
 #include "runner.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <unistd.h>
 #include <jansson.h>
 #include <math.h>
@@ -372,7 +373,10 @@ static char *edited_fixture(const char *name, const char *edit)
     json_decref(patch);
     snprintf(src, sizeof src, "%s/models/%s/model.safetensors", root, name);
     snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
-    if (symlink(src, dst) != 0) {
+    char *abs = realpath(src, NULL); /* LH_FIXTURES may be relative */
+    int linked = abs ? symlink(abs, dst) : -1;
+    free(abs);
+    if (linked != 0) {
         lh_test_rmtree(dir);
         free(dir);
         return NULL;
@@ -464,6 +468,83 @@ static void test_qwen2_window_rules(void)
     fixture_free(&f);
 }
 
+/* kv_cache settings reach the paged backend: layout HND, tiny blocks, and each KV dtype.
+ * Tolerances against transformers' f32 run on the same weights (max |dlogit|; logits reach
+ * about 8 on this model): f32 KV TOL_F32; bf16 KV 0.1 (8 mantissa bits on every cached key and
+ * value); fp8 e4m3 KV 1.0 (3 mantissa bits, per-block scales). The reference backend refuses
+ * every KV setting it cannot honour. */
+static void test_kv_cache_settings(void)
+{
+    static const struct {
+        const char *dtype;
+        double tol;
+    } cases[] = {{"float32", TOL_F32}, {"bfloat16", 0.1}, {"fp8", 1.0}};
+    fixture f;
+    char models[1024];
+    snprintf(models, sizeof models, "%s/models", lh_test_env("LH_FIXTURES"));
+    CU_ASSERT_TRUE_FATAL(fixture_load(models, "llama-gqa-bf16", &f));
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char yaml[1100];
+        char *dir = lh_test_mkdtemp();
+        CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+        char text[256];
+        snprintf(text, sizeof text,
+                 "attn_backend: paged\nkv_cache:\n  dtype: %s\n  layout: HND\n"
+                 "  block_size: 4\n",
+                 cases[i].dtype);
+        CU_ASSERT_EQUAL_FATAL(lh_test_write_file(dir, "kv.yaml", text), 0);
+        snprintf(yaml, sizeof yaml, "%s/kv.yaml", dir);
+        lh_engine_options o = {.struct_size = sizeof o, .model = f.dir, .n_threads = 2,
+                               .config_file = yaml};
+        lh_engine *e = NULL;
+        lh_err err = {0};
+        CU_ASSERT_EQUAL_FATAL(lh_engine_open(host, &o, &e, &err), LH_OK);
+        int64_t vocab = lh_engine_vocab_size(e);
+        float *ours = malloc((size_t)(f.lens[1] * vocab) * sizeof *ours);
+        CU_ASSERT_EQUAL(lh_engine_logits(e, f.prompts[1], f.lens[1], ours, &err), LH_OK);
+        double d = compare_logits(&f, 1, ours, vocab, "_f32");
+        printf("\n    paged, KV %-8s HND, blocks of 4: max |dlogit| %.3g (tolerance %g)",
+               cases[i].dtype, d, cases[i].tol);
+        CU_ASSERT(d <= cases[i].tol);
+        free(ours);
+        lh_engine_close(e);
+
+        /* the vanilla oracle refuses anything but f32 */
+        snprintf(text, sizeof text, "attn_backend: vanilla\nkv_cache:\n  dtype: %s\n",
+                 cases[i].dtype);
+        CU_ASSERT_EQUAL_FATAL(lh_test_write_file(dir, "kv.yaml", text), 0);
+        lh_status st = lh_engine_open(host, &o, &e, &err);
+        lh_engine_close(e);
+        CU_ASSERT_EQUAL(st, i == 0 ? LH_OK : LH_E_UNSUPPORTED);
+        if (i > 0)
+            CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, i == 1 ? "kv_cache.dtype" : "fp8_kv"));
+        lh_test_rmtree(dir);
+        free(dir);
+    }
+    /* a pool too small for the request: a clear error with the numbers, nothing truncated */
+    char *dir = lh_test_mkdtemp();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+    CU_ASSERT_EQUAL_FATAL(lh_test_write_file(dir, "kv.yaml",
+                                             "attn_backend: paged\nkv_cache:\n"
+                                             "  block_size: 4\n  max_tokens: 8\n"),
+                          0);
+    char yaml[1100];
+    snprintf(yaml, sizeof yaml, "%s/kv.yaml", dir);
+    lh_engine_options o = {.struct_size = sizeof o, .model = f.dir, .n_threads = 1,
+                           .config_file = yaml};
+    lh_engine *e = NULL;
+    lh_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lh_engine_open(host, &o, &e, &err), LH_OK);
+    float *l = malloc((size_t)(f.lens[1] * lh_engine_vocab_size(e)) * sizeof *l);
+    CU_ASSERT_EQUAL(lh_engine_logits(e, f.prompts[1], f.lens[1], l, &err), LH_E_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "out of KV cache blocks"));
+    free(l);
+    lh_engine_close(e);
+    lh_test_rmtree(dir);
+    free(dir);
+    fixture_free(&f);
+}
+
 static int suite_init(void)
 {
     lh_host_options opts = {.struct_size = sizeof opts,
@@ -491,6 +572,7 @@ static CU_TestInfo tests[] = {
     {"huge-page weight placement gives identical logits", test_huge_page_placement},
     {"unsupported Llama-family knobs are refused by name", test_unsupported_knobs},
     {"Qwen2 sliding-window rules match transformers", test_qwen2_window_rules},
+    {"kv_cache settings through the paged backend", test_kv_cache_settings},
     CU_TEST_INFO_NULL,
 };
 

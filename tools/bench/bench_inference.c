@@ -11,6 +11,14 @@
  * each decode figure.
  *
  *   bench_inference [PLUGIN_DIR]     (default: $LLMHOST_PLUGIN_DIR or the build tree's)
+ *
+ * With --attention it instead compares the attention backends: on the bf16 checkpoint, decode
+ * tok/s of "vanilla" and "paged" at contexts of 128, 1024 and 4096 tokens and batches of 1 and
+ * 8 (eight different prompts in one generate call; tok/s counts every sequence's tokens), as
+ *   N * batch / (t(prompt, 1 + N new) - t(prompt, 1 new)),
+ * each cell in its own child process, the two backends alternating cell by cell.
+ *
+ *   bench_inference --attention [PLUGIN_DIR]
  */
 #include "api/host_internal.h"
 #include "api/host_api_table.h"
@@ -306,9 +314,187 @@ static result run_in_child(const char *plugin_dir, const char *dir, int threads,
     return r;
 }
 
+/* ---- --attention: decode tok/s of the attention backends --------------------------------- */
+
+#define ATT_BATCH 8                    /* max_batch_size */
+#define ATT_SEQ_LEN (4096 + 64 + 64)   /* max_seq_len: the longest prompt + 1 + N new, spare */
+#define ATT_WARM_PROMPT 16
+
+static const char *const att_backends[2] = {"vanilla", "paged"};
+static const int att_ctx[3] = {128, 1024, 4096};
+static const int att_batch[2] = {1, 8};
+
+typedef struct att_result {
+    int ok;
+    double prefill_s; /* t(prompt, 1 new): the prefill and the first token */
+    double decode_s;  /* t(prompt, 1 + N new) - t(prompt, 1 new) */
+    double tps;       /* N * batch / decode_s */
+    char msg[200];
+} att_result;
+
+static double att_generate(lh_engine *e, const int32_t *const *ps, const int64_t *lens,
+                           int batch, int max_new, int32_t *out, att_result *r)
+{
+    lh_err err = {0};
+    double a = now();
+    if (lh_engine_generate_greedy(e, ps, lens, batch, max_new, out, &err) != LH_OK) {
+        snprintf(r->msg, sizeof r->msg, "generate: %.180s", err.msg);
+        return -1;
+    }
+    return now() - a;
+}
+
+/* One cell: `batch` different prompts of `ctx` tokens on backend `backend`. */
+static att_result att_run(const char *plugin_dir, const char *dir, const char *backend,
+                          int threads, int ctx, int batch, int n_new)
+{
+    att_result r = {0};
+    lh_host_options ho = {.struct_size = sizeof ho, .plugin_dir = plugin_dir};
+    lh_host *h = NULL;
+    lh_engine *e = NULL;
+    lh_err err = {0};
+    char seq_len[64], batch_size[64];
+    snprintf(seq_len, sizeof seq_len, "max_seq_len=%d", ATT_SEQ_LEN);
+    snprintf(batch_size, sizeof batch_size, "max_batch_size=%d", ATT_BATCH);
+    const char *ov[] = {seq_len, batch_size, NULL};
+    lh_engine_options eo = {.struct_size = sizeof eo, .model = dir, .n_threads = threads,
+                            .overrides = ov, .attn_backend = backend};
+    if (lh_host_create(&ho, &h, &err) != LH_OK || lh_engine_open(h, &eo, &e, &err) != LH_OK) {
+        snprintf(r.msg, sizeof r.msg, "open: %.180s", err.msg);
+        lh_host_free(h);
+        return r;
+    }
+    int32_t *tokens = malloc((size_t)batch * (size_t)ctx * sizeof *tokens);
+    int32_t *out = malloc((size_t)batch * (size_t)(n_new + 1) * sizeof *out);
+    const int32_t *ps[ATT_BATCH];
+    int64_t lens[ATT_BATCH], warm_lens[ATT_BATCH];
+    if (!tokens || !out) {
+        snprintf(r.msg, sizeof r.msg, "out of memory");
+        goto done;
+    }
+    for (int s = 0; s < batch; s++) { /* a different prompt per sequence */
+        for (int i = 0; i < ctx; i++)
+            tokens[(size_t)s * (size_t)ctx + (size_t)i] =
+                (int32_t)((unsigned)(i * 7919 + s * 104729 + 13) % 49152u);
+        ps[s] = tokens + (size_t)s * (size_t)ctx;
+        lens[s] = ctx;
+        warm_lens[s] = ATT_WARM_PROMPT;
+    }
+    /* warm-up: faults the weights in and sets up the backend's per-sequence state */
+    if (att_generate(e, ps, warm_lens, batch, 2, out, &r) < 0)
+        goto done;
+    double one = att_generate(e, ps, lens, batch, 1, out, &r);
+    if (one < 0)
+        goto done;
+    double all = att_generate(e, ps, lens, batch, 1 + n_new, out, &r);
+    if (all < 0)
+        goto done;
+    r.prefill_s = one;
+    r.decode_s = all - one;
+    r.tps = r.decode_s > 0 ? (double)n_new * batch / r.decode_s : 0;
+    r.ok = r.decode_s > 0;
+    if (!r.ok)
+        snprintf(r.msg, sizeof r.msg, "decode time not measurable (%.3f s)", r.decode_s);
+done:
+    free(tokens);
+    free(out);
+    lh_engine_close(e);
+    lh_host_free(h);
+    return r;
+}
+
+static att_result att_run_in_child(const char *plugin_dir, const char *dir, const char *backend,
+                                   int threads, int ctx, int batch, int n_new)
+{
+    att_result r = {0};
+    int fds[2];
+    if (pipe(fds) != 0)
+        die("pipe", NULL);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork", NULL);
+    if (pid == 0) {
+        close(fds[0]);
+        r = att_run(plugin_dir, dir, backend, threads, ctx, batch, n_new);
+        ssize_t w = write(fds[1], &r, sizeof r);
+        _exit(w == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fds[1]);
+    if (read(fds[0], &r, sizeof r) != (ssize_t)sizeof r) {
+        r = (att_result){0};
+        snprintf(r.msg, sizeof r.msg, "child died");
+    }
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return r;
+}
+
+/* Decode steps per cell: N = 32, fewer where the prompt alone takes long (the decode steps
+ * get slower with the context, and the whole table must stay within a few minutes). */
+static int att_new_tokens(int ctx, int batch)
+{
+    (void)batch;
+    return ctx >= 4096 ? 16 : 32;
+}
+
+static void attention_main(const char *plugin_dir, const char *dir)
+{
+    const int threads[] = {2, 1};
+    const int n_threads = 1;
+    double t_start = now();
+    for (int ti = 0; ti < n_threads; ti++) {
+        printf("\n%d thread%s, bf16 weights, max_seq_len %d, max_batch_size %d; decode tok/s = "
+               "N * batch / (t(C, 1 + N new) - t(C, 1 new))\n\n",
+               threads[ti], threads[ti] > 1 ? "s" : "", ATT_SEQ_LEN, ATT_BATCH);
+        printf("| context | batch | N | vanilla tok/s | paged tok/s | paged/vanilla |\n"
+               "|---|---|---|---|---|---|\n");
+        fflush(stdout);
+        for (int c = 0; c < 3; c++)
+            for (int b = 0; b < 2; b++) {
+                int n_new = att_new_tokens(att_ctx[c], att_batch[b]);
+                att_result r[2];
+                for (int k = 0; k < 2; k++) {
+                    r[k] = att_run_in_child(plugin_dir, dir, att_backends[k], threads[ti],
+                                            att_ctx[c], att_batch[b], n_new);
+                    fprintf(stderr, "# %s C=%d B=%d: prefill+1 %.2f s, %d decode steps %.2f s%s%s\n",
+                            att_backends[k], att_ctx[c], att_batch[b], r[k].prefill_s, n_new,
+                            r[k].decode_s, r[k].ok ? "" : ": failed: ", r[k].ok ? "" : r[k].msg);
+                }
+                char cell[2][64], ratio[32] = "-";
+                for (int k = 0; k < 2; k++)
+                    snprintf(cell[k], sizeof cell[k], r[k].ok ? "%.1f" : "failed", r[k].tps);
+                if (r[0].ok && r[1].ok)
+                    snprintf(ratio, sizeof ratio, "%.2f", r[1].tps / r[0].tps);
+                printf("| %d | %d | %d | %s | %s | %s |\n", att_ctx[c], att_batch[b], n_new,
+                       cell[0], cell[1], ratio);
+                fflush(stdout);
+            }
+    }
+    printf("\n# %.0f s in all\n", now() - t_start);
+}
+
+static void remove_models(char dirs[][256], int n, const char *root)
+{
+    for (int d = 0; d < n; d++) {
+        if (!dirs[d][0])
+            continue;
+        char p[600];
+        snprintf(p, sizeof p, "%s/model.safetensors", dirs[d]);
+        unlink(p);
+        snprintf(p, sizeof p, "%s/config.json", dirs[d]);
+        unlink(p);
+        rmdir(dirs[d]);
+    }
+    rmdir(root);
+}
+
 int main(int argc, char **argv)
 {
-    const char *plugin_dir = argc > 1 ? argv[1] : getenv("LLMHOST_PLUGIN_DIR");
+    bool attention = argc > 1 && strcmp(argv[1], "--attention") == 0;
+    int argi = attention ? 2 : 1;
+    const char *plugin_dir = argc > argi ? argv[argi] : getenv("LLMHOST_PLUGIN_DIR");
     lh_host_options ho = {.struct_size = sizeof ho, .plugin_dir = plugin_dir};
     lh_host *h;
     lh_err err = {0};
@@ -318,10 +504,10 @@ int main(int argc, char **argv)
     char *root = mkdtemp(tmpl);
     if (!root)
         die("mkdtemp", NULL);
-    char dirs[2][256];
-    int64_t wbytes[2];
+    char dirs[2][256] = {{0}};
+    int64_t wbytes[2] = {0};
     const lh_dtype dts[2] = {LH_DTYPE_F32, LH_DTYPE_BF16};
-    for (int d = 0; d < 2; d++) {
+    for (int d = attention ? 1 : 0; d < 2; d++) { /* --attention: bf16 only */
         snprintf(dirs[d], sizeof dirs[d], "%s/%s", root, d == 0 ? "f32" : "bf16");
         mkdir(dirs[d], 0755);
         wbytes[d] = write_model(h, dirs[d], dts[d]);
@@ -332,6 +518,11 @@ int main(int argc, char **argv)
     printf("# bench_inference: SmolLM2-135M shape, random weights; %ld cores; kernels %s\n\n",
            sysconf(_SC_NPROCESSORS_ONLN), k ? lh_k_isa_name(lh_k_ctx_isa(k)) : "?");
     lh_k_ctx_free(k);
+    if (attention) {
+        attention_main(plugin_dir, dirs[1]);
+        remove_models(dirs, 2, root);
+        return 0;
+    }
 
     char f32_file[512];
     snprintf(f32_file, sizeof f32_file, "%s/model.safetensors", dirs[0]);
@@ -368,14 +559,6 @@ int main(int argc, char **argv)
                        (double)r.peak_rss_kb / 1024.0);
                 fflush(stdout);
             }
-    for (int d = 0; d < 2; d++) {
-        char p[600];
-        snprintf(p, sizeof p, "%s/model.safetensors", dirs[d]);
-        unlink(p);
-        snprintf(p, sizeof p, "%s/config.json", dirs[d]);
-        unlink(p);
-        rmdir(dirs[d]);
-    }
-    rmdir(root);
+    remove_models(dirs, 2, root);
     return 0;
 }
