@@ -186,3 +186,13 @@ lh_status lh_engine_generate_greedy(lh_engine *e, const int32_t *const *prompts,
         return lh_err_set(err, LH_E_USAGE, "lh_engine_generate_greedy: NULL argument");
     return lh_generate_greedy(&e->dec, e->kctx, prompts, lens, n_seqs, max_new, out, err);
 }
+
+lh_decoder *lh_engine_decoder(lh_engine *e)
+{
+    return e && e->dec_ready ? &e->dec : NULL;
+}
+
+lh_kctx *lh_engine_kctx(lh_engine *e)
+{
+    return e ? e->kctx : NULL;
+}

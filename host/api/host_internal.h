@@ -15,4 +15,11 @@ struct lh_host {
 lh_status lh_prepare_request(const lh_resolve_request *req, lh_run_config *rc,
                              lh_model_config **cfg, lh_err *err);
 
+/* For tools that drive an engine's steps themselves (tools/bench): the engine's decoder and
+ * kernel context, owned by the engine and valid until lh_engine_close. */
+struct lh_decoder;
+struct lh_kctx;
+struct lh_decoder *lh_engine_decoder(lh_engine *e);
+struct lh_kctx *lh_engine_kctx(lh_engine *e);
+
 #endif

@@ -345,30 +345,21 @@ typedef struct att_result {
     char msg[240];
 } att_result;
 
-/* What lh_engine_open builds, opened the same way, so that the decode steps can be driven and
- * timed one by one (the public API only times a whole generate call, prefill included). */
+/* An engine whose decode steps the benchmark drives and times one by one (the public API
+ * only times a whole generate call, prefill included). */
 typedef struct att_engine {
-    lh_run_config rc;
-    lh_model_config *cfg;
-    lh_resolution res;
-    lh_model *model;
-    lh_kctx *kctx;
-    lh_decoder dec;
-    bool dec_ready;
+    lh_engine *eng;
+    lh_decoder *dec; /* the engine's */
+    lh_kctx *kctx;   /* the engine's */
 } att_engine;
 
 static void att_close(att_engine *e)
 {
-    if (e->dec_ready)
-        lh_decoder_free(&e->dec);
-    lh_k_ctx_free(e->kctx);
-    lh_model_free(e->model);
-    lh_resolution_free(&e->res);
-    lh_model_config_free(e->cfg);
-    lh_run_config_free(&e->rc);
+    lh_engine_close(e->eng);
+    memset(e, 0, sizeof *e);
 }
 
-/* As lh_engine_open with overrides max_seq_len, max_batch_size and attn_backend. */
+/* lh_engine_open with overrides max_seq_len, max_batch_size and attn_backend. */
 static lh_status att_open(lh_host *h, const char *dir, const char *backend, int threads,
                           att_engine *e, lh_err *err)
 {
@@ -378,42 +369,12 @@ static lh_status att_open(lh_host *h, const char *dir, const char *backend, int 
     snprintf(batch_size, sizeof batch_size, "max_batch_size=%d", ATT_BATCH);
     snprintf(attn, sizeof attn, "attn_backend=%s", backend);
     const char *ov[] = {seq_len, batch_size, attn, NULL};
-    lh_resolve_request req = {.struct_size = sizeof req, .model = dir, .overrides = ov};
-    lh_attn_choice choice;
-    const lh_attn_ops *ops = NULL;
-    lh_status st = lh_prepare_request(&req, &e->rc, &e->cfg, err);
-    if (st == LH_OK)
-        st = lh_select_attention_backend(&h->reg, &e->rc, e->cfg, &choice, err);
+    lh_engine_options eo = {.struct_size = sizeof eo, .model = dir, .n_threads = threads,
+                            .overrides = ov};
+    lh_status st = lh_engine_open(h, &eo, &e->eng, err);
     if (st == LH_OK) {
-        const lh_reg_entry *entry = choice.entry;
-        lh_attn_choice_free(&choice);
-        if (strcmp(entry->name, backend) != 0)
-            st = lh_err_set(err, LH_E_UNKNOWN_NAME, "asked for '%s', got '%s'", backend,
-                            entry->name);
-        else if (!entry->p.attn.ops || !entry->p.attn.ops->create || !entry->p.attn.ops->forward)
-            st = lh_err_set(err, LH_E_UNSUPPORTED, "'%s' has no forward", backend);
-        else
-            ops = entry->p.attn.ops;
-    }
-    if (st == LH_OK)
-        st = lh_resolve(&h->reg, e->cfg, &e->rc, &e->res, err);
-    if (st == LH_OK)
-        st = lh_model_build(lh_host_api_table(), &e->res.entry->p.model, e->cfg, &e->rc,
-                            &e->model, err);
-    if (st == LH_OK)
-        st = lh_model_load_weights(e->model, dir, err);
-    if (st == LH_OK && e->rc.weight_placement == LH_PLACE_HUGE_PAGES)
-        st = lh_model_place_weights_huge(e->model, err);
-    if (st == LH_OK) {
-        lh_device cpu = {LH_DEVICE_CPU, 0};
-        e->kctx = lh_k_ctx_create(threads, cpu);
-        if (!e->kctx)
-            st = lh_err_set(err, LH_E_NOMEM, "kernel context: %s", lh_k_last_error(NULL));
-    }
-    if (st == LH_OK) {
-        st = lh_decoder_init(&e->dec, e->model, e->cfg, ops, e->rc.max_seq_len,
-                             e->rc.max_batch_size, &e->rc.kv_cache, err);
-        e->dec_ready = st == LH_OK;
+        e->dec = lh_engine_decoder(e->eng);
+        e->kctx = lh_engine_kctx(e->eng);
     }
     return st;
 }
@@ -450,7 +411,7 @@ static lh_status att_pick(att_gen *g, lh_err *err)
 static void att_end(att_gen *g)
 {
     for (int s = 0; s < g->batch; s++)
-        lh_decoder_release(&g->e->dec, s);
+        lh_decoder_release(g->e->dec, s);
     free(g->tokens);
     free(g->positions);
     free(g->logits);
@@ -469,7 +430,7 @@ static lh_status att_prefill(att_gen *g, att_engine *e, const int32_t *const *ps
     size_t total = (size_t)ctx * (size_t)batch;
     g->tokens = malloc(total * sizeof *g->tokens);
     g->positions = malloc(total * sizeof *g->positions);
-    g->logits = malloc((size_t)batch * (size_t)e->dec.vocab * sizeof *g->logits);
+    g->logits = malloc((size_t)batch * (size_t)e->dec->vocab * sizeof *g->logits);
     if (!g->tokens || !g->positions || !g->logits)
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
     size_t t = 0;
@@ -485,13 +446,13 @@ static lh_status att_prefill(att_gen *g, att_engine *e, const int32_t *const *ps
         g->rows[s] = (int64_t)t - 1;
     }
     g->lshape[0] = batch;
-    g->lshape[1] = e->dec.vocab;
+    g->lshape[1] = e->dec->vocab;
     g->step = (lh_attn_step){.struct_size = sizeof g->step, .n_tokens = (int64_t)total,
                              .n_seqs = batch, .positions = g->positions,
                              .token_start = g->start, .n_new = g->nn, .ctx_len = g->clen,
                              .slot = g->slot};
     double a = now();
-    lh_status st = lh_decoder_forward(&e->dec, e->kctx, &g->step, g->tokens, g->rows, batch,
+    lh_status st = lh_decoder_forward(e->dec, e->kctx, &g->step, g->tokens, g->rows, batch,
                                       g->logits, err);
     if (st == LH_OK)
         st = att_pick(g, err);
@@ -512,7 +473,7 @@ static lh_status att_step(att_gen *g, double *secs, lh_err *err)
     g->step.n_tokens = g->batch;
     g->k++;
     double a = now();
-    lh_status st = lh_decoder_forward(&g->e->dec, g->e->kctx, &g->step, g->tokens, g->rows,
+    lh_status st = lh_decoder_forward(g->e->dec, g->e->kctx, &g->step, g->tokens, g->rows,
                                       g->batch, g->logits, err);
     if (st == LH_OK)
         st = att_pick(g, err);
