@@ -5,8 +5,14 @@
  * (which sequences, how many tokens each, their positions, where their KV lives) travels in
  * lh_attn_step, built once per step by the runtime and handed to every layer.
  *
- * Ownership: the backend owns its layer instances and their KV storage; the runtime owns the
- * step metadata and the q/k/v/out tensors, valid only during the call.
+ * KV storage: a backend with LH_ATTN_CAP_PAGED_KV (lh_plugin.h) keeps its keys and values in
+ * the host's KV cache manager: a block pool sized from the run config (kv_cache), per-sequence
+ * block tables in lh_attn_step, the layer's blocks in lh_attn_forward_args.kv. Other backends
+ * (vanilla) own a cache of their own.
+ *
+ * Ownership: the backend owns its layer instances (and its own KV storage, if any); the
+ * runtime owns the step metadata, the forward arguments, the pool and the q/k/v/out tensors,
+ * valid only during the call.
  * Errors: every function returns lh_status and writes a message into the err buffer it is
  * given; none aborts. */
 #ifndef LH_ATTENTION_H
@@ -42,6 +48,18 @@ typedef struct lh_attn_geometry {
     lh_dtype kv_dtype;     /* F32, BF16, F16 or FP8_E4M3 (needs LH_ATTN_CAP_FP8_KV) */
     int32_t kv_layout;     /* 0: NHD [block][token][head][dim], 1: HND [block][head][token][dim] */
     int64_t kv_max_tokens; /* pool size in tokens; 0: max_seq_len x max_seqs */
+    /* --- ABI 2 --- */
+    lh_dtype kv_v_dtype;   /* the values' dtype; differs from kv_dtype (the keys') only for
+                            * mixed-precision KV (needs LH_ATTN_CAP_MIXED_KV) */
+    /* Sparse attention (needs LH_ATTN_CAP_SPARSE): each query attends only to the
+     * sparse_local_blocks most recent KV blocks it can see plus the sparse_top_k others that
+     * score highest (Quest: an upper bound of q.k from per-block key minima and maxima).
+     * 0/0: dense. */
+    int64_t sparse_top_k;
+    int64_t sparse_local_blocks;
+    /* RoPE fusion (needs LH_ATTN_CAP_FUSED_ROPE; decided by the host): q and k arrive
+     * unrotated and the backend rotates them with lh_attn_forward_args.rope. */
+    bool fused_rope;
 } lh_attn_geometry;
 
 /* One forward step over a packed batch: n_tokens tokens belonging to n_seqs sequences, the
@@ -57,7 +75,27 @@ typedef struct lh_attn_step {
     const int64_t *n_new;       /* [n_seqs] */
     const int64_t *ctx_len;     /* [n_seqs] */
     const int64_t *slot;        /* [n_seqs] */
+    /* --- ABI 2: the host's paged KV cache (for backends with LH_ATTN_CAP_PAGED_KV) ---
+     * Sequence s's tokens [i * block_size, (i + 1) * block_size) live in block
+     * block_tables[s][i], for i < n_blocks[s]; the host has reserved enough blocks for
+     * ctx_len[s] + n_new[s] tokens before the step. Tables are owned by the host's KV cache
+     * manager and valid during the step. NULL for backends that keep their own cache. */
+    const int32_t *const *block_tables; /* [n_seqs] */
+    const int64_t *n_blocks;            /* [n_seqs] */
 } lh_attn_step;
+
+/* Per-layer arguments of forward(). struct_size = sizeof as the host was built; fields are
+ * only appended, and a backend reads only what struct_size covers. */
+typedef struct lh_attn_forward_args {
+    uint32_t struct_size;
+    /* The layer's slice of the host's paged KV pool (LH_ATTN_CAP_PAGED_KV backends; NULL
+     * otherwise): its blocks, layout, per-tensor dtypes, fp8 scales and the per-block key
+     * summaries that sparse selection reads (see lh_kernels.h, lh_kv_pages). */
+    const struct lh_kv_pages *kv;
+    /* Set when the geometry says fused_rope: the RoPE table to rotate q and k with, at the
+     * step's positions (dynamic scaling: sequence length ctx_len[s] + n_new[s]). */
+    const struct lh_rope *rope;
+} lh_attn_forward_args;
 
 typedef struct lh_attn_layer lh_attn_layer; /* a backend's per-layer instance */
 
@@ -65,14 +103,17 @@ typedef struct lh_attn_layer lh_attn_layer; /* a backend's per-layer instance */
 typedef struct lh_attn_ops {
     uint32_t struct_size;
     lh_status (*create)(const lh_attn_geometry *g, lh_attn_layer **out, char *err, size_t n);
-    /* Once per step, before any layer runs (e.g. to reserve cache room). */
+    /* Once per step for every layer, before any layer's forward (checks the step against
+     * the layer's cache; may be NULL). */
     lh_status (*prepare)(lh_attn_layer *layer, const lh_attn_step *step, char *err, size_t n);
-    /* q [T, H, D], k and v [T, KVH, D] for the step's new tokens (RoPE already applied);
-     * appends k, v to the cache and writes out [T, H, D]. */
+    /* q [T, H, D], k and v [T, KVH, D] f32 for the step's new tokens (RoPE already applied
+     * unless the geometry says fused_rope); appends k, v to the cache and writes
+     * out [T, H, D]. q and k may be modified (rotated in place). */
     lh_status (*forward)(lh_attn_layer *layer, lh_kctx *kctx, const lh_attn_step *step,
-                         const lh_tensor *q, const lh_tensor *k, const lh_tensor *v,
-                         lh_tensor *out, char *err, size_t n);
-    /* Forget what slot `slot` holds (the sequence finished). */
+                         const lh_attn_forward_args *args, lh_tensor *q, lh_tensor *k,
+                         const lh_tensor *v, lh_tensor *out, char *err, size_t n);
+    /* Forget what slot `slot` holds (the sequence finished); may be NULL (a backend on the
+     * host's paged cache keeps nothing per sequence). */
     void (*release)(lh_attn_layer *layer, int64_t slot);
     void (*destroy)(lh_attn_layer *layer);
 } lh_attn_ops;

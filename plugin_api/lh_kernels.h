@@ -150,8 +150,14 @@ typedef enum lh_kv_layout { LH_KV_NHD = 0, LH_KV_HND = 1 } lh_kv_layout;
 
 typedef struct lh_kv_pages {
     lh_kv_layout layout;
-    lh_tensor k, v;             /* 4 dims, as above */
-    lh_tensor k_scale, v_scale; /* fp8 only: [num_blocks, kv_heads] f32 */
+    lh_tensor k, v;             /* 4 dims, as above; k.dtype and v.dtype may differ
+                                 * (mixed-precision KV) */
+    lh_tensor k_scale, v_scale; /* fp8 only (per tensor): [num_blocks, kv_heads] f32 */
+    /* Per-block key summaries for sparse block selection (Quest): the elementwise minimum and
+     * maximum of the keys stored in each (block, kv head), [num_blocks, kv_heads, head_dim]
+     * f32, maintained by the kv_write kernels. data NULL: the pool keeps none (then sparse
+     * selection is refused). */
+    lh_tensor k_min, k_max;
 } lh_kv_pages;
 
 /* Parameters of lh_k_paged_attention. struct_size = sizeof(lh_paged_attn_params); fields are
@@ -164,6 +170,22 @@ typedef struct lh_paged_attn_params {
                              * visible to qp only if p / chunk_size == qp / chunk_size */
     int64_t n_splits;       /* 0: automatic; n >= 1: split each query's context into at most n
                              * partitions (flash-decoding), whatever T is (tests, tuning) */
+    /* Fused RoPE: when non-NULL, q is rotated (into private memory; q itself is not changed)
+     * at q_pos with this table before the scores, with sequence length ctx_len for dynamic
+     * scaling; the cache must hold keys rotated the same way (lh_k_paged_kv_write with the
+     * same rope). */
+    const struct lh_rope *rope;
+    /* Sparse top-k block selection (both 0: dense). With sparse_local_blocks >= 1 and
+     * sparse_top_k >= 0, each (query, head) attends only to a subset of the KV blocks that hold
+     * a position it may see (its visible blocks, after the causal, window and chunk masks):
+     * the sparse_local_blocks visible blocks with the highest logical index (the block of its
+     * own position among them), plus the sparse_top_k other visible blocks with the highest
+     * score sum_d max(q_d * k_min[b][g][d], q_d * k_max[b][g][d]) (an upper bound of q.k over
+     * the block; q rotated when rope is set; ties: lower logical block first); the masks
+     * still apply inside the chosen blocks. When local + top_k cover every visible block the
+     * result is bit-identical to dense attention. Needs kv->k_min / k_max. */
+    int64_t sparse_top_k;
+    int64_t sparse_local_blocks;
 } lh_paged_attn_params;
 
 /* Attention of one sequence over its paged KV cache:
@@ -207,6 +229,43 @@ LH_EXPORT lh_status lh_k_paged_attention(lh_kctx *ctx, const lh_tensor *q, const
 LH_EXPORT lh_status lh_k_paged_kv_write(lh_kctx *ctx, const lh_kv_pages *kv,
                                         const int32_t *block_table, int64_t n_table,
                                         int64_t start, const lh_tensor *k, const lh_tensor *v);
+
+/* A packed batch of sequences for the batched paged kernels: the tokens of sequence s are
+ * rows [token_start[s], token_start[s] + n_new[s]) of q / k / v / out, at positions
+ * positions[row]; after the step the sequence holds kv_len[s] tokens (its n_new[s] new ones
+ * are positions kv_len[s] - n_new[s] .. kv_len[s] - 1) in the blocks block_tables[s][0 ..
+ * n_blocks[s]). Sequences' row ranges must not overlap; a sequence with n_new 0 is skipped. */
+typedef struct lh_paged_batch {
+    uint32_t struct_size; /* sizeof(lh_paged_batch) */
+    int64_t n_seqs;
+    const int64_t *token_start;
+    const int64_t *n_new;
+    const int64_t *kv_len;
+    const int32_t *positions;
+    const int32_t *const *block_tables;
+    const int64_t *n_blocks;
+} lh_paged_batch;
+
+/* lh_k_paged_attention for every sequence of the batch in one call: q [T, H, D] and
+ * out [T, H, D] hold all sequences' rows; the work (sequences x kv heads x query tiles x
+ * flash-decoding partitions) is spread over the thread pool as one job, so a decode step of
+ * many sequences costs one dispatch. Results are bit-identical to calling
+ * lh_k_paged_attention per sequence with the same params (and do not depend on the thread
+ * count). Errors: as lh_k_paged_attention, naming the sequence. */
+LH_EXPORT lh_status lh_k_paged_attention_batch(lh_kctx *ctx, const lh_tensor *q,
+                                               const lh_kv_pages *kv, const lh_paged_batch *b,
+                                               const lh_paged_attn_params *params,
+                                               lh_tensor *out);
+
+/* lh_k_paged_kv_write for every sequence of the batch: k, v [T, kv_heads, head_dim] f32; the
+ * rows of sequence s are written at positions kv_len[s] - n_new[s] .. kv_len[s] - 1. With
+ * rope non-NULL the keys are rotated first (as lh_k_rope_apply with sequence length
+ * kv_len[s] would; k itself is not changed). When kv->k_min / k_max are present, each
+ * touched (block, kv head) summary is updated with the stored keys (reset when the write
+ * starts at the block's first token). Errors: as lh_k_paged_kv_write, naming the sequence. */
+LH_EXPORT lh_status lh_k_paged_kv_write_batch(lh_kctx *ctx, const lh_kv_pages *kv,
+                                              const lh_paged_batch *b, const lh_tensor *k,
+                                              const lh_tensor *v, const struct lh_rope *rope);
 
 #ifdef __cplusplus
 }

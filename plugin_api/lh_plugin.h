@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define LH_PLUGIN_MAGIC 0x504d484cu /* "LHMP" little-endian */
-#define LH_PLUGIN_ABI_MAJOR 1
+#define LH_PLUGIN_ABI_MAJOR 2
 #define LH_PLUGIN_ABI_MINOR 0
 #define LH_PLUGIN_ENTRY_SYMBOL "lh_plugin_entry"
 
@@ -72,6 +72,10 @@ typedef struct lh_draft_provider {
 #define LH_ATTN_CAP_CHUNKED        (1u << 5)
 #define LH_ATTN_CAP_SPARSE         (1u << 6)
 #define LH_ATTN_CAP_SLIDING_WINDOW (1u << 7)
+/* mixed-precision KV: keys and values in different dtypes (kv_cache.k_dtype / v_dtype) */
+#define LH_ATTN_CAP_MIXED_KV       (1u << 8)
+/* keys and values live in the host's paged KV cache manager (lh_attention.h) */
+#define LH_ATTN_CAP_PAGED_KV       (1u << 9)
 
 /* An attention backend: its name, constant capabilities (readable without an instance) and
  * the per-layer vtable (lh_attention.h). */

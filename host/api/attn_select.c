@@ -3,20 +3,20 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/strutil.h"
+#include "runtime/kv_cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const struct {
-    uint64_t bit;
-    const char *name;
-} cap_names[] = {
+const lh_attn_cap_name lh_attn_cap_names[LH_ATTN_N_CAPS] = {
     {LH_ATTN_CAP_FUSED_ROPE, "fused_rope"},   {LH_ATTN_CAP_FUSED_QKV, "fused_qkv"},
     {LH_ATTN_CAP_MLA, "mla"},                 {LH_ATTN_CAP_FP8_KV, "fp8_kv"},
     {LH_ATTN_CAP_FP4_KV, "fp4_kv"},           {LH_ATTN_CAP_CHUNKED, "chunked"},
     {LH_ATTN_CAP_SPARSE, "sparse"},           {LH_ATTN_CAP_SLIDING_WINDOW, "sliding_window"},
+    {LH_ATTN_CAP_MIXED_KV, "mixed_kv"},       {LH_ATTN_CAP_PAGED_KV, "paged_kv"},
 };
+#define cap_names lh_attn_cap_names
 
 const char *lh_attn_caps_str(uint64_t caps, char *buf, size_t n)
 {
@@ -40,10 +40,148 @@ void lh_attn_choice_free(lh_attn_choice *c)
     }
 }
 
-static void check(json_t *checks, const char *need, bool needed, bool have)
+int64_t lh_run_max_seq_len(const lh_run_config *rc, const lh_model_config *cfg)
 {
-    json_array_append_new(checks, json_pack("{s:s,s:b,s:b}", "capability", need, "needed",
-                                            needed, "supported", have));
+    if (rc->max_seq_len > 0)
+        return rc->max_seq_len;
+    const lh_model_geometry *g = &cfg->geo;
+    int64_t n = g->max_position_embeddings > 0 ? g->max_position_embeddings : 4096;
+    if (g->rope_scaling.kind && strcmp(g->rope_scaling.kind, "dynamic") == 0 &&
+        g->rope_scaling.factor > 1.0) {
+        double scaled = (double)n * g->rope_scaling.factor;
+        n = scaled < (double)INT32_MAX ? (int64_t)scaled : INT32_MAX;
+    }
+    return n < INT32_MAX ? n : INT32_MAX;
+}
+
+static const char *kv_dtype_str(lh_dtype dt)
+{
+    return dt == LH_DTYPE_FP8_E4M3 ? "fp8_e4m3" : lh_dtype_name(dt);
+}
+
+/* RoPE fusion: on only if requested, the backend can, and the cache keeps every position
+ * where RoPE put it (no KV compression that changes the physical cache length — none of the
+ * KV settings this runtime has does). Each refusal is logged once with its reason. */
+static void decide_rope(const lh_run_config *rc, lh_attn_choice *out)
+{
+    char origin[256];
+    lh_value_origin_str(rc, rc->fused_rope_origin, origin, sizeof origin);
+    const bool requested = rc->fused_rope, supported = (out->caps & LH_ATTN_CAP_FUSED_ROPE) != 0;
+    const bool length_kept = true;
+    char reason[512];
+    if (!requested)
+        snprintf(reason, sizeof reason, "off: not requested (fused_rope: false, from %s); the "
+                 "runtime rotates q and k before attention", origin);
+    else if (!supported)
+        snprintf(reason, sizeof reason, "off: requested (fused_rope: true, from %s) but backend "
+                 "'%s' has no fused_rope capability; the runtime rotates q and k before "
+                 "attention", origin, out->entry->name);
+    else
+        snprintf(reason, sizeof reason, "on: requested (fused_rope: true, from %s), backend '%s' "
+                 "supports it, and the KV cache keeps every position (no KV compression), so "
+                 "keys are rotated as they are written and queries inside the attention kernel",
+                 origin, out->entry->name);
+    out->fused_rope = requested && supported && length_kept;
+    if (!out->fused_rope) {
+        char key[96];
+        snprintf(key, sizeof key, "rope-fusion-off:%s:%d", out->entry->name, (int)requested);
+        lh_log_once(key, LH_LOG_INFO, "RoPE fusion %s", reason);
+    }
+    json_object_set_new(out->trace, "rope_fusion",
+                        json_pack("{s:b,s:s,s:b,s:b,s:b,s:s}", "requested", requested, "origin",
+                                  origin, "backend_supports", supported,
+                                  "cache_length_preserved", length_kept, "fused", out->fused_rope,
+                                  "reason", reason));
+}
+
+static void decide_chunked(const lh_model_config *cfg, lh_attn_choice *out)
+{
+    const int64_t c = cfg->geo.attention_chunk_size;
+    char reason[400];
+    if (c > 0)
+        snprintf(reason, sizeof reason, "on: attention_chunk_size=%lld in %s; a query attends "
+                 "only to keys of its own chunk of %lld positions (backend '%s' supports it)",
+                 (long long)c, cfg->path, (long long)c, out->entry->name);
+    else
+        snprintf(reason, sizeof reason, "off: the model sets no attention_chunk_size; attention "
+                 "spans the whole context%s", cfg->geo.sliding_window > 0 ? " (within the "
+                 "sliding window)" : "");
+    json_object_set_new(out->trace, "chunked_attention",
+                        json_pack("{s:b,s:I,s:s}", "chunked", c > 0, "chunk_size", (json_int_t)c,
+                                  "reason", reason));
+}
+
+static void decide_sparse(const lh_run_config *rc, lh_attn_choice *out)
+{
+    if (!rc->sparse.enabled) {
+        json_object_set_new(out->trace, "sparse_attention",
+                            json_pack("{s:b,s:s}", "sparse", 0, "reason",
+                                      "off: no sparse_attention in the run config; dense"));
+        return;
+    }
+    char origin[256], reason[640];
+    lh_value_origin_str(rc, rc->sparse.origin, origin, sizeof origin);
+    out->sparse_top_k = rc->sparse.top_k;
+    out->sparse_local_blocks = rc->sparse.local_blocks;
+    snprintf(reason, sizeof reason, "on (from %s): each query attends to its %lld most recent "
+             "KV blocks plus the %lld highest-scoring others (topk_blocks; equals dense when "
+             "they cover every block)", origin, (long long)rc->sparse.local_blocks,
+             (long long)rc->sparse.top_k);
+    json_object_set_new(out->trace, "sparse_attention",
+                        json_pack("{s:b,s:s,s:I,s:I,s:s}", "sparse", 1, "algorithm",
+                                  "topk_blocks", "top_k", (json_int_t)rc->sparse.top_k,
+                                  "local_blocks", (json_int_t)rc->sparse.local_blocks, "reason",
+                                  reason));
+}
+
+/* The KV cache the run will have: the host's block pool for LH_ATTN_CAP_PAGED_KV backends
+ * (lh_kv_plan_compute, the same numbers the engine allocates from), else the backend's own
+ * contiguous f32 cache growing to max_seq_len per sequence. */
+static lh_status decide_kv(const lh_run_config *rc, const lh_model_config *cfg,
+                           lh_attn_choice *out, lh_err *err)
+{
+    const lh_model_geometry *g = &cfg->geo;
+    const int64_t seqs = rc->max_batch_size > 0 ? rc->max_batch_size : 1;
+    json_t *kv;
+    if (out->caps & LH_ATTN_CAP_PAGED_KV) {
+        lh_kv_plan plan;
+        lh_status st = lh_kv_plan_compute(&rc->kv_cache, g->num_hidden_layers,
+                                          g->num_key_value_heads, g->head_dim,
+                                          out->sparse_top_k > 0, out->max_seq_len, seqs, &plan,
+                                          err);
+        if (st != LH_OK)
+            return st;
+        kv = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:s}", "manager",
+                       "host block pool (paged)", "k_dtype", kv_dtype_str(plan.k_dtype),
+                       "v_dtype", kv_dtype_str(plan.v_dtype), "layout",
+                       plan.layout == LH_KV_HND ? "HND" : "NHD", "block_size",
+                       (json_int_t)plan.block_size, "bytes_per_token",
+                       (json_int_t)plan.kv_bytes_per_token, "block_bytes",
+                       (json_int_t)plan.block_bytes, "num_blocks", (json_int_t)plan.num_blocks,
+                       "pool_tokens", (json_int_t)(plan.num_blocks * plan.block_size),
+                       "pool_bytes", (json_int_t)plan.pool_bytes, "block_summaries",
+                       plan.summaries, "sized_by", plan.sized_by);
+    } else {
+        const int64_t per_tok = g->num_hidden_layers * 2 * g->num_key_value_heads * g->head_dim *
+                                (int64_t)sizeof(float);
+        kv = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I}", "manager",
+                       "the backend's own (contiguous per sequence, grown to max_seq_len)",
+                       "k_dtype", "f32", "v_dtype", "f32", "bytes_per_token", (json_int_t)per_tok,
+                       "pool_tokens", (json_int_t)(out->max_seq_len * seqs), "pool_bytes",
+                       (json_int_t)(per_tok * out->max_seq_len * seqs));
+    }
+    json_object_set_new(out->trace, "kv_cache", kv);
+    return LH_OK;
+}
+
+static lh_status decide(const lh_run_config *rc, const lh_model_config *cfg,
+                        lh_attn_choice *out, lh_err *err)
+{
+    out->max_seq_len = lh_run_max_seq_len(rc, cfg);
+    decide_rope(rc, out);
+    decide_chunked(cfg, out);
+    decide_sparse(rc, out);
+    return decide_kv(rc, cfg, out, err);
 }
 
 static lh_status select_locked(lh_registry *reg, const lh_run_config *rc,
@@ -93,31 +231,27 @@ static lh_status select_locked(lh_registry *reg, const lh_run_config *rc,
     json_object_set_new(out->trace, "shared_object", json_string(out->entry->module->path));
     json_object_set_new(out->trace, "capabilities",
                         json_string(lh_attn_caps_str(p->capabilities, caps, sizeof caps)));
-    const lh_model_geometry *g = &cfg->geo;
-    const struct {
-        const char *what;
-        bool needed;
-        uint64_t bit;
-        const char *why;
-    } needs[] = {
-        {"sliding_window", g->sliding_window > 0, LH_ATTN_CAP_SLIDING_WINDOW, "sliding_window"},
-        {"chunked", g->attention_chunk_size > 0, LH_ATTN_CAP_CHUNKED, "attention_chunk_size"},
-        {"mla", g->has_mla, LH_ATTN_CAP_MLA, "kv_lora_rank"},
-        {"fp8_kv", rc->kv_cache.dtype == LH_DTYPE_FP8_E4M3, LH_ATTN_CAP_FP8_KV,
-         "kv_cache.dtype fp8"},
-    };
+    out->caps = p->capabilities;
+    /* the capability rules live in the one run-config validator; the trace lists them all */
+    lh_attn_need needs[LH_ATTN_MAX_NEEDS];
+    size_t n_needs = lh_attn_needs(rc, &cfg->geo, cfg->path, needs);
     json_t *checks = json_array();
     json_object_set_new(out->trace, "checks", checks);
-    for (size_t i = 0; i < sizeof needs / sizeof *needs; i++) {
+    for (size_t i = 0; i < n_needs; i++) {
         bool have = (p->capabilities & needs[i].bit) != 0;
-        check(checks, needs[i].what, needs[i].needed, have);
-        if (needs[i].needed && !have)
-            return lh_err_set(err, LH_E_UNSUPPORTED,
-                              "attention backend '%s' does not support %s, which this run needs "
-                              "(%s is set for %s); backends: see `llmhost backends`",
-                              out->entry->name, needs[i].what, needs[i].why, cfg->path);
+        json_t *c = json_pack("{s:s,s:b,s:b}", "capability", needs[i].capability, "needed",
+                              needs[i].needed, "supported", have);
+        if (needs[i].needed)
+            json_object_set_new(c, "because", json_string(needs[i].because));
+        json_array_append_new(checks, c);
     }
-    return LH_OK;
+    const lh_validation_facts facts = {.attn_backend = out->entry->name,
+                                       .attn_caps = p->capabilities, .geo = &cfg->geo,
+                                       .model_path = cfg->path};
+    lh_status vst = lh_run_config_validate_with(rc, &facts, err);
+    if (vst != LH_OK)
+        return vst;
+    return decide(rc, cfg, out, err);
 }
 
 lh_status lh_select_attention_backend(lh_registry *reg, const lh_run_config *rc,

@@ -2,14 +2,18 @@
  * config / --attn-backend, already lower-case) must be listed by some index — checked before
  * any backend plugin loads; an unknown name is an error listing the available ones, unless
  * attn_backend_fallback is set, which takes the default and says so in the trace. Then the
- * one selected plugin is loaded and its constant capabilities are checked against what the
- * model needs (sliding window, chunked attention, MLA): a missing capability is an error at
- * construction time, never mid-generation. */
+ * one selected plugin is loaded and the one run-config validator checks its constant
+ * capabilities against what the run needs (lh_attn_needs: sliding window, chunked attention,
+ * MLA, fp8 KV, sparse attention, mixed-precision KV): a missing capability is an error before
+ * the model loads, never mid-generation. Then the decisions that follow from the choice are
+ * made once, each with its reason: RoPE fusion, chunked attention, sparse selection, and the
+ * KV cache (who owns it, its dtypes, bytes per token, the pool in blocks and bytes). */
 #ifndef LH_API_ATTN_SELECT_H
 #define LH_API_ATTN_SELECT_H
 
 #include "config/model_config.h"
 #include "config/run_config.h"
+#include "lh_plugin.h"
 #include "registry/registry.h"
 
 #include <jansson.h>
@@ -18,16 +22,37 @@
 
 typedef struct lh_attn_choice {
     const lh_reg_entry *entry; /* the backend; lives as long as the registry */
-    json_t *trace;             /* {requested, origin, normalized, fallback, checks: [...]} */
+    uint64_t caps;             /* its LH_ATTN_CAP_* flags */
+    bool fused_rope;           /* RoPE fusion decision (reason in the trace) */
+    int64_t sparse_top_k, sparse_local_blocks; /* 0/0: dense */
+    int64_t max_seq_len;       /* the run's, resolved (lh_run_max_seq_len) */
+    /* {requested, origin, normalized, fallback, backend, shared_object, capabilities,
+     *  checks: [...], rope_fusion: {...}, chunked_attention: {...}, sparse_attention: {...},
+     *  kv_cache: {...}} */
+    json_t *trace;
 } lh_attn_choice;
 
+/* The longest sequence a run holds: max_seq_len from the run config, else the model's
+ * max_position_embeddings (x the factor of dynamic NTK scaling, which exists to go beyond
+ * it), capped at INT32_MAX (positions are int32). */
+int64_t lh_run_max_seq_len(const lh_run_config *rc, const lh_model_config *cfg);
+
 /* Takes the registry lock itself. Errors: LH_E_UNKNOWN_NAME (with the available names),
- * the backend plugin's load error class, LH_E_UNSUPPORTED (a capability the model needs,
- * naming both), LH_E_NOMEM. On success free with lh_attn_choice_free. */
+ * the backend plugin's load error class, LH_E_UNSUPPORTED (a capability the run needs,
+ * naming both), LH_E_CONFIG (a KV pool that cannot be sized), LH_E_NOMEM. On success free
+ * with lh_attn_choice_free. */
 lh_status lh_select_attention_backend(lh_registry *reg, const lh_run_config *rc,
                                       const lh_model_config *cfg, lh_attn_choice *out,
                                       lh_err *err);
 void lh_attn_choice_free(lh_attn_choice *c);
+/* Every capability flag with its name, in the order `llmhost backends` prints them. */
+#define LH_ATTN_N_CAPS 10
+typedef struct lh_attn_cap_name {
+    uint64_t bit;
+    const char *name;
+} lh_attn_cap_name;
+extern const lh_attn_cap_name lh_attn_cap_names[LH_ATTN_N_CAPS];
+
 /* "fused_rope,chunked,..." for a capability mask, into buf. */
 const char *lh_attn_caps_str(uint64_t caps, char *buf, size_t n);
 

@@ -47,37 +47,36 @@ void lh_engine_close(lh_engine *e)
     free(e);
 }
 
-static lh_status attention_ops(lh_host *h, const lh_run_config *rc, const lh_model_config *cfg,
-                               const lh_attn_ops **ops, lh_err *err)
+/* The backend and every decision that follows from it (attn_select.c); the run's knobs that
+ * this runtime does not implement are refused here, by name. */
+static lh_status attention_setup(lh_host *h, const lh_run_config *rc, const lh_model_config *cfg,
+                                 lh_attn_runtime *out, int64_t *max_seq_len, lh_err *err)
 {
     lh_attn_choice choice;
     lh_status st = lh_select_attention_backend(&h->reg, rc, cfg, &choice, err);
     if (st != LH_OK)
         return st;
     const lh_reg_entry *entry = choice.entry;
-    lh_attn_choice_free(&choice);
     const lh_attn_backend_provider *p = &entry->p.attn;
+    *out = (lh_attn_runtime){.caps = choice.caps, .fused_rope = choice.fused_rope,
+                             .sparse_top_k = choice.sparse_top_k,
+                             .sparse_local_blocks = choice.sparse_local_blocks,
+                             .kv = &rc->kv_cache};
+    *max_seq_len = choice.max_seq_len;
+    lh_attn_choice_free(&choice);
     if (p->struct_size < offsetof(lh_attn_backend_provider, ops) + sizeof p->ops || !p->ops ||
         !p->ops->create || !p->ops->forward || !p->ops->destroy)
         return lh_err_set(err, LH_E_UNSUPPORTED, "attention backend '%s' (%s) has no forward "
                           "implementation", entry->name, entry->module->path);
-    *ops = p->ops;
+    out->ops = p->ops;
+    if (rc->beam_width > 1)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "beam_width=%lld: beam search is not "
+                          "implemented by this runtime (greedy decoding only)",
+                          (long long)rc->beam_width);
+    if (rc->speculative.mode)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "speculative.mode=%s: speculative decoding is "
+                          "not implemented by this runtime", rc->speculative.mode);
     return LH_OK;
-}
-
-/* The cache must hold what the model can address; dynamic NTK scaling exists to go beyond the
- * trained length, so it gets factor x that. */
-static int64_t default_max_seq_len(const lh_model_config *cfg)
-{
-    const lh_model_geometry *g = &cfg->geo;
-    int64_t n = g->max_position_embeddings > 0 ? g->max_position_embeddings : 4096;
-    if (g->rope_scaling.kind && strcmp(g->rope_scaling.kind, "dynamic") == 0 &&
-        g->rope_scaling.factor > 1.0) {
-        double scaled = (double)n * g->rope_scaling.factor;
-        /* positions are int32 in the attention contract */
-        n = scaled < (double)INT32_MAX ? (int64_t)scaled : INT32_MAX;
-    }
-    return n < INT32_MAX ? n : INT32_MAX;
 }
 
 lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out, lh_err *err)
@@ -103,9 +102,10 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
         st = lh_run_config_set(&e->rc, kv, err);
     }
     /* the backend first: an unknown name fails before any plugin loads */
-    const lh_attn_ops *ops = NULL;
+    lh_attn_runtime attn = {0};
+    int64_t max_seq = 0;
     if (st == LH_OK)
-        st = attention_ops(h, &e->rc, e->cfg, &ops, err);
+        st = attention_setup(h, &e->rc, e->cfg, &attn, &max_seq, err);
     if (st == LH_OK)
         st = lh_resolve(&h->reg, e->cfg, &e->rc, &e->res, err);
     if (st == LH_OK && e->res.kind != LH_KIND_MODEL)
@@ -136,9 +136,8 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
                             why[0] ? why : "out of memory");
     }
     if (st == LH_OK) {
-        int64_t max_seq = e->rc.max_seq_len ? e->rc.max_seq_len : default_max_seq_len(e->cfg);
-        st = lh_decoder_init(&e->dec, e->model, e->cfg, ops, max_seq, e->rc.max_batch_size,
-                             &e->rc.kv_cache, err);
+        st = lh_decoder_init(&e->dec, e->model, e->cfg, &attn, max_seq, e->rc.max_batch_size,
+                             err);
         e->dec_ready = st == LH_OK;
     }
     if (st != LH_OK) {

@@ -203,16 +203,9 @@ lh_status lh_host_backends_json(lh_host *h, char **json_out, lh_err *err)
             break;
         uint64_t caps = e->p.attn.capabilities;
         json_t *c = json_object();
-        static const struct {
-            uint64_t bit;
-            const char *key;
-        } keys[] = {{LH_ATTN_CAP_FUSED_ROPE, "fused_rope"}, {LH_ATTN_CAP_FUSED_QKV, "fused_qkv"},
-                    {LH_ATTN_CAP_MLA, "mla"},               {LH_ATTN_CAP_FP8_KV, "fp8_kv"},
-                    {LH_ATTN_CAP_FP4_KV, "fp4_kv"},         {LH_ATTN_CAP_CHUNKED, "chunked"},
-                    {LH_ATTN_CAP_SPARSE, "sparse"},
-                    {LH_ATTN_CAP_SLIDING_WINDOW, "sliding_window"}};
-        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
-            json_object_set_new(c, keys[k].key, json_boolean((caps & keys[k].bit) != 0));
+        for (size_t k = 0; k < LH_ATTN_N_CAPS; k++)
+            json_object_set_new(c, lh_attn_cap_names[k].name,
+                                json_boolean((caps & lh_attn_cap_names[k].bit) != 0));
         json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:b,s:o}", "name", e->name,
                                              "shared_object", e->module->path, "origin",
                                              e->module->builtin ? "builtin" : "external",

@@ -25,6 +25,7 @@ enum {
     OPT_ATTN_BACKEND,
     OPT_WEIGHT_PLACEMENT,
     OPT_ATTN_FALLBACK,
+    OPT_SET,
 };
 
 static const struct option options[] = {
@@ -48,6 +49,7 @@ static const struct option options[] = {
     {"attn-backend", required_argument, NULL, OPT_ATTN_BACKEND},
     {"attn-backend-fallback", no_argument, NULL, OPT_ATTN_FALLBACK},
     {"weight-placement", required_argument, NULL, OPT_WEIGHT_PLACEMENT},
+    {"set", required_argument, NULL, OPT_SET},
     {NULL, 0, NULL, 0},
 };
 
@@ -153,6 +155,20 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
         case OPT_ATTN_BACKEND: rc = add_override(a, "attn-backend", optarg); break;
         case OPT_ATTN_FALLBACK: rc = add_override(a, "attn-backend-fallback", "true"); break;
         case OPT_WEIGHT_PLACEMENT: rc = add_override(a, "weight-placement", optarg); break;
+        case OPT_SET: { /* any run-config override KEY=VALUE (lh_run_config_set checks it) */
+            const char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg) {
+                fprintf(stderr, "llmhost %s: --set '%s' is not KEY=VALUE (e.g. --set "
+                        "kv_cache.dtype=fp8)\n", a->command, optarg);
+                rc = 2;
+                break;
+            }
+            char key[128];
+            snprintf(key, sizeof key, "%.*s", (int)(eq - optarg) < 127 ? (int)(eq - optarg) : 127,
+                     optarg);
+            rc = add_override(a, key, eq + 1);
+            break;
+        }
         case OPT_LOG_LEVEL:
             if (strcmp(optarg, "error") && strcmp(optarg, "warn") && strcmp(optarg, "info") &&
                 strcmp(optarg, "debug")) {

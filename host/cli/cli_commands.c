@@ -105,10 +105,33 @@ static void print_attention(const json_t *j)
     printf("  capabilities             %s\n", jstr(a, "capabilities"));
     size_t i;
     const json_t *c;
-    json_array_foreach(json_object_get(a, "checks"), i, c)
-        printf("  check %-18s needed %-3s supported %s\n", jstr(c, "capability"),
-               json_is_true(json_object_get(c, "needed")) ? "yes" : "no",
-               json_is_true(json_object_get(c, "supported")) ? "yes" : "no");
+    json_array_foreach(json_object_get(a, "checks"), i, c) {
+        bool needed = json_is_true(json_object_get(c, "needed"));
+        printf("  check %-18s needed %-3s supported %-3s%s%s\n", jstr(c, "capability"),
+               needed ? "yes" : "no",
+               json_is_true(json_object_get(c, "supported")) ? "yes" : "no",
+               needed ? " because " : "", needed ? jstr(c, "because") : "");
+    }
+    printf("  rope fusion              %s\n", jstr(json_object_get(a, "rope_fusion"), "reason"));
+    printf("  chunked attention        %s\n",
+           jstr(json_object_get(a, "chunked_attention"), "reason"));
+    printf("  sparse attention         %s\n",
+           jstr(json_object_get(a, "sparse_attention"), "reason"));
+    const json_t *kv = json_object_get(a, "kv_cache");
+    printf("  KV cache                 %s; keys %s, values %s\n", jstr(kv, "manager"),
+           jstr(kv, "k_dtype"), jstr(kv, "v_dtype"));
+    print_human_bytes("  KV bytes per token", json_integer_value(json_object_get(kv, "bytes_per_token")));
+    if (json_object_get(kv, "num_blocks")) {
+        printf("    %-22s %lld blocks of %lld tokens (%s), %lld bytes each\n", "KV pool",
+               (long long)json_integer_value(json_object_get(kv, "num_blocks")),
+               (long long)json_integer_value(json_object_get(kv, "block_size")),
+               jstr(kv, "layout"),
+               (long long)json_integer_value(json_object_get(kv, "block_bytes")));
+        printf("    %-22s sized by %s\n", "", jstr(kv, "sized_by"));
+    }
+    printf("    %-22s %lld tokens\n", "KV pool",
+           (long long)json_integer_value(json_object_get(kv, "pool_tokens")));
+    print_human_bytes("  KV pool", json_integer_value(json_object_get(kv, "pool_bytes")));
 }
 
 static json_int_t jint(const json_t *o, const char *key)
@@ -205,19 +228,23 @@ int lh_cli_backends(const lh_cli_args *a)
         print_json_text(text);
     } else if (st == LH_OK) {
         json_t *j = json_loads(text, 0, NULL);
-        static const char *const caps[] = {"fused_rope", "fused_qkv", "mla", "fp8_kv",
-                                           "fp4_kv", "chunked", "sparse", "sliding_window"};
+        /* columns: the capability names in the library's order (jansson keeps insertion
+         * order), so a new flag shows up without touching the CLI */
+        const json_t *first = json_object_get(json_array_get(json_object_get(j, "backends"), 0),
+                                              "capabilities");
+        const char *cap;
+        const json_t *unused;
         printf("%-12s", "BACKEND");
-        for (size_t c = 0; c < sizeof caps / sizeof *caps; c++)
-            printf(" %-14s", caps[c]);
+        json_object_foreach((json_t *)first, cap, unused)
+            printf(" %-14s", cap);
         printf(" SHARED OBJECT\n");
         size_t i;
         json_t *b;
         json_array_foreach(json_object_get(j, "backends"), i, b) {
             printf("%-12s", jstr(b, "name"));
-            for (size_t c = 0; c < sizeof caps / sizeof *caps; c++)
+            json_object_foreach((json_t *)first, cap, unused)
                 printf(" %-14s",
-                       json_is_true(json_object_get(json_object_get(b, "capabilities"), caps[c]))
+                       json_is_true(json_object_get(json_object_get(b, "capabilities"), cap))
                            ? "yes"
                            : "-");
             printf(" %s (%s)\n", jstr(b, "shared_object"), jstr(b, "origin"));

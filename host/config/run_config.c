@@ -8,8 +8,11 @@
 #include "core/fileio.h"
 #include "core/strutil.h"
 
+#include "lh_plugin.h"
+
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +23,17 @@
 static const char *const root_keys[] = {"mm_encoder_only", "model_impl",     "dtype",
                                         "max_seq_len",     "max_batch_size", "quant",
                                         "weight_placement", "attn_backend",
-                                        "attn_backend_fallback", "kv_cache"};
+                                        "attn_backend_fallback", "kv_cache",
+                                        "sparse_attention", "beam_width", "speculative",
+                                        "fused_rope"};
 static const char *const impl_keys[] = {"target", "mode"};
 static const char *const quant_keys[] = {"scheme", "group_size", "rules", "exclude_modules"};
 static const char *const rule_keys[] = {"pattern", "scheme", "group_size"};
-static const char *const kv_keys[] = {"block_size", "dtype", "layout", "max_tokens"};
+static const char *const kv_keys[] = {"block_size", "dtype",      "k_dtype",        "v_dtype",
+                                      "layout",     "max_tokens", "memory_fraction"};
+static const char *const sparse_keys[] = {"algorithm", "top_k", "local_blocks"};
+static const char *const sparse_algorithms[] = {"topk_blocks"};
+static const char *const spec_keys[] = {"mode", "num_tokens"};
 static const char *const kv_dtype_names[] = {"auto", "float32", "bfloat16", "float16", "fp8"};
 static const lh_dtype kv_dtype_values[] = {LH_DTYPE_INVALID, LH_DTYPE_F32, LH_DTYPE_BF16,
                                            LH_DTYPE_F16, LH_DTYPE_FP8_E4M3};
@@ -33,7 +42,10 @@ static const char *const kv_layout_names[] = {"NHD", "HND"};
 static const char *const flag_keys[] = {"mm_encoder_only", "model_impl",     "dtype",
                                         "max_seq_len",     "max_batch_size", "quant",
                                         "weight_placement", "attn_backend",
-                                        "attn_backend_fallback"};
+                                        "attn_backend_fallback", "beam_width", "fused_rope",
+                                        "kv_cache.dtype", "kv_cache.k_dtype", "kv_cache.v_dtype",
+                                        "kv_cache.memory_fraction", "kv_cache.max_tokens",
+                                        "kv_cache.block_size", "kv_cache.layout"};
 
 static const char *const scheme_names[] = {"none", "fp8", "int8", "int4"};
 static const char *const mode_names[] = {"off", "auto", "require"};
@@ -140,6 +152,28 @@ static bool parse_pos_int_text(const char *v, int64_t *out, char *why, size_t n)
     return true;
 }
 
+/* A decimal number in (0, 1]: digits, '.', an exponent; no hex, inf or nan (strtod would take
+ * those). Underflow and overflow land outside the range. */
+static bool parse_fraction_text(const char *v, double *out, char *why, size_t n)
+{
+    bool ok = *v != '\0';
+    for (const char *q = v; *q && ok; q++)
+        ok = (*q >= '0' && *q <= '9') || *q == '.' || *q == 'e' || *q == 'E' || *q == '+' ||
+             *q == '-';
+    char *end = NULL;
+    double x = ok ? strtod(v, &end) : 0.0;
+    if (!ok || end == v || *end != '\0') {
+        snprintf(why, n, "'%s' is not a decimal number", v);
+        return false;
+    }
+    if (!(x > 0.0 && x <= 1.0)) {
+        snprintf(why, n, "%s must be in (0, 1] (a fraction of the available memory)", v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
 static bool parse_dtype_text(const char *v, lh_dtype *out, char *why, size_t n)
 {
     if (strcasecmp(v, "auto") == 0) {
@@ -175,6 +209,22 @@ static bool parse_enum_text(const char *v, const char *const *names, size_t coun
     return true;
 }
 
+/* "auto" for LH_DTYPE_INVALID, else the canonical name. */
+static const char *kv_dtype_str(lh_dtype dt)
+{
+    return dt == LH_DTYPE_INVALID ? "auto" : lh_dtype_name(dt);
+}
+
+static lh_dtype kv_dtype_resolved(lh_dtype dt)
+{
+    return dt == LH_DTYPE_INVALID ? LH_DTYPE_F32 : dt;
+}
+
+bool lh_kv_cache_mixed(const lh_kv_cache_config *kv)
+{
+    return kv && kv_dtype_resolved(kv->k_dtype) != kv_dtype_resolved(kv->v_dtype);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* init / free / origins / json */
 
@@ -189,6 +239,11 @@ void lh_run_config_init(lh_run_config *rc)
     rc->max_seq_len = 0;
     rc->max_batch_size = 1;
     rc->kv_cache.block_size = 16;
+    rc->kv_cache.k_dtype = LH_DTYPE_INVALID;
+    rc->kv_cache.v_dtype = LH_DTYPE_INVALID;
+    rc->sparse.local_blocks = 1;
+    rc->beam_width = 1;
+    rc->fused_rope = true;
     rc->quant.scheme = LH_QUANT_NONE;
     rc->quant.group_size = DEFAULT_GROUP_SIZE;
 }
@@ -214,6 +269,7 @@ void lh_run_config_free(lh_run_config *rc)
     free(rc->source);
     free(rc->model_impl_target);
     free(rc->attn_backend);
+    free(rc->speculative.mode);
     free_rules(rc->quant.rules, rc->quant.n_rules);
     free_strings(rc->quant.exclude_modules, rc->quant.n_exclude);
     lh_run_config_init(rc);
@@ -288,15 +344,55 @@ json_t *lh_run_config_to_json(const lh_run_config *rc)
     bad |= obj_set(o, "origin", origin_json(rc, rc->max_batch_size_origin));
     bad |= obj_set(j, "max_batch_size", o);
 
+    const lh_kv_cache_config *kv = &rc->kv_cache;
     o = json_object();
-    bad |= obj_set(o, "block_size", json_integer(rc->kv_cache.block_size));
-    bad |= obj_set(o, "dtype", json_string(rc->kv_cache.dtype == LH_DTYPE_INVALID
-                                               ? "auto"
-                                               : lh_dtype_name(rc->kv_cache.dtype)));
-    bad |= obj_set(o, "layout", json_string(kv_layout_names[rc->kv_cache.layout ? 1 : 0]));
-    bad |= obj_set(o, "max_tokens", json_integer(rc->kv_cache.max_tokens));
-    bad |= obj_set(o, "origin", origin_json(rc, rc->kv_cache.origin));
+    bad |= obj_set(o, "block_size", json_integer(kv->block_size));
+    bad |= obj_set(o, "k_dtype", json_string(kv_dtype_str(kv->k_dtype)));
+    bad |= obj_set(o, "v_dtype", json_string(kv_dtype_str(kv->v_dtype)));
+    bad |= obj_set(o, "mixed_precision", json_boolean(lh_kv_cache_mixed(kv)));
+    bad |= obj_set(o, "layout", json_string(kv_layout_names[kv->layout ? 1 : 0]));
+    bad |= obj_set(o, "max_tokens", json_integer(kv->max_tokens));
+    bad |= obj_set(o, "memory_fraction",
+                   kv->memory_fraction > 0 ? json_real(kv->memory_fraction) : json_null());
+    bad |= obj_set(o, "origin", origin_json(rc, kv->origin));
+    json_t *origins = json_object();
+    bad |= obj_set(origins, "block_size", origin_json(rc, kv->block_size_origin));
+    bad |= obj_set(origins, "k_dtype", origin_json(rc, kv->k_dtype_origin));
+    bad |= obj_set(origins, "v_dtype", origin_json(rc, kv->v_dtype_origin));
+    bad |= obj_set(origins, "layout", origin_json(rc, kv->layout_origin));
+    bad |= obj_set(origins, "max_tokens", origin_json(rc, kv->max_tokens_origin));
+    bad |= obj_set(origins, "memory_fraction", origin_json(rc, kv->memory_fraction_origin));
+    bad |= obj_set(o, "origins", origins);
     bad |= obj_set(j, "kv_cache", o);
+
+    o = json_object();
+    bad |= obj_set(o, "enabled", json_boolean(rc->sparse.enabled));
+    bad |= obj_set(o, "algorithm",
+                   rc->sparse.enabled ? json_string(sparse_algorithms[0]) : json_null());
+    bad |= obj_set(o, "top_k", rc->sparse.enabled ? json_integer(rc->sparse.top_k) : json_null());
+    bad |= obj_set(o, "local_blocks", json_integer(rc->sparse.local_blocks));
+    bad |= obj_set(o, "origin", origin_json(rc, rc->sparse.origin));
+    bad |= obj_set(j, "sparse_attention", o);
+
+    o = json_object();
+    bad |= obj_set(o, "value", json_integer(rc->beam_width));
+    bad |= obj_set(o, "origin", origin_json(rc, rc->beam_width_origin));
+    bad |= obj_set(j, "beam_width", o);
+
+    o = json_object();
+    bad |= obj_set(o, "mode", rc->speculative.mode ? json_string(rc->speculative.mode)
+                                                   : json_null());
+    bad |= obj_set(o, "num_tokens", rc->speculative.mode
+                                        ? json_integer(rc->speculative.num_tokens)
+                                        : json_null());
+    bad |= obj_set(o, "origin", origin_json(rc, rc->speculative.origin));
+    bad |= obj_set(j, "speculative", o);
+
+    o = json_object();
+    bad |= obj_set(o, "value", json_boolean(rc->fused_rope)); /* requested; the backend decides */
+    bad |= obj_set(o, "origin", origin_json(rc, rc->fused_rope_origin));
+    bad |= obj_set(j, "fused_rope", o);
+
     o = json_object();
     bad |= obj_set(o, "value", rc->attn_backend ? json_string(rc->attn_backend) : json_null());
     bad |= obj_set(o, "origin", origin_json(rc, rc->attn_backend_origin));
@@ -493,35 +589,156 @@ static lh_status y_sequence(rc_ctx *c, const lh_ynode *n, const char *path, cons
     return yerr(c, n, path, why);
 }
 
+/* A plain (unquoted) decimal number in (0, 1]. */
+static lh_status y_fraction(rc_ctx *c, const lh_ynode *n, const char *path, double *out)
+{
+    const char *expected = "a number in (0, 1]";
+    lh_status st = need_scalar(c, n, path, expected);
+    if (st)
+        return st;
+    char why[512];
+    if (!n->plain) {
+        snprintf(why, sizeof why, "expected %s, got the quoted string \"%.200s\"", expected,
+                 n->value);
+        return yerr(c, n, path, why);
+    }
+    if (!parse_fraction_text(n->value, out, why, sizeof why))
+        return yerr(c, n, path, why);
+    return LH_OK;
+}
+
+static lh_status y_kv_dtype(rc_ctx *c, const lh_ynode *n, const char *path, lh_dtype *out)
+{
+    int e;
+    lh_status st = y_enum(c, n, path, kv_dtype_names, N_OF(kv_dtype_names), &e);
+    if (st == LH_OK)
+        *out = kv_dtype_values[e];
+    return st;
+}
+
+/* The kv_cache mapping is committed as a whole: on error rc->kv_cache is unchanged. dtype sets
+ * both tensors; k_dtype / v_dtype, wherever they stand in the mapping, win for theirs. */
 static lh_status y_kv_cache(rc_ctx *c, const lh_ynode *n)
 {
     bool empty;
     lh_status st = y_mapping(c, n, "kv_cache",
-                             "a mapping {block_size, dtype, layout, max_tokens}", &empty);
+                             "a mapping {block_size, dtype, k_dtype, v_dtype, layout, "
+                             "max_tokens, memory_fraction}",
+                             &empty);
     if (st || empty)
         return st;
     if ((st = check_keys(c, n, "kv_cache", kv_keys, N_OF(kv_keys))))
         return st;
-    lh_kv_cache_config *kv = &c->rc->kv_cache;
+    lh_kv_cache_config kv = c->rc->kv_cache;
     const lh_ynode *v;
-    if ((v = lh_ynode_get(n, "block_size")) &&
-        (st = y_pos_int(c, v, "kv_cache.block_size", &kv->block_size)))
-        return st;
-    if ((v = lh_ynode_get(n, "max_tokens")) &&
-        (st = y_pos_int(c, v, "kv_cache.max_tokens", &kv->max_tokens)))
-        return st;
-    int e;
-    if ((v = lh_ynode_get(n, "dtype"))) {
-        if ((st = y_enum(c, v, "kv_cache.dtype", kv_dtype_names, N_OF(kv_dtype_names), &e)))
+    if ((v = lh_ynode_get(n, "block_size"))) {
+        if ((st = y_pos_int(c, v, "kv_cache.block_size", &kv.block_size)))
             return st;
-        kv->dtype = kv_dtype_values[e];
+        kv.block_size_origin = yorigin(v);
+    }
+    if ((v = lh_ynode_get(n, "max_tokens"))) {
+        if ((st = y_pos_int(c, v, "kv_cache.max_tokens", &kv.max_tokens)))
+            return st;
+        kv.max_tokens_origin = yorigin(v);
+    }
+    if ((v = lh_ynode_get(n, "memory_fraction"))) {
+        if ((st = y_fraction(c, v, "kv_cache.memory_fraction", &kv.memory_fraction)))
+            return st;
+        kv.memory_fraction_origin = yorigin(v);
+    }
+    if ((v = lh_ynode_get(n, "dtype"))) {
+        if ((st = y_kv_dtype(c, v, "kv_cache.dtype", &kv.k_dtype)))
+            return st;
+        kv.v_dtype = kv.k_dtype;
+        kv.k_dtype_origin = kv.v_dtype_origin = yorigin(v);
+    }
+    if ((v = lh_ynode_get(n, "k_dtype"))) {
+        if ((st = y_kv_dtype(c, v, "kv_cache.k_dtype", &kv.k_dtype)))
+            return st;
+        kv.k_dtype_origin = yorigin(v);
+    }
+    if ((v = lh_ynode_get(n, "v_dtype"))) {
+        if ((st = y_kv_dtype(c, v, "kv_cache.v_dtype", &kv.v_dtype)))
+            return st;
+        kv.v_dtype_origin = yorigin(v);
     }
     if ((v = lh_ynode_get(n, "layout"))) {
+        int e;
         if ((st = y_enum(c, v, "kv_cache.layout", kv_layout_names, N_OF(kv_layout_names), &e)))
             return st;
-        kv->layout = e;
+        kv.layout = e;
+        kv.layout_origin = yorigin(v);
     }
-    kv->origin = yorigin(n);
+    kv.origin = yorigin(n);
+    c->rc->kv_cache = kv;
+    return LH_OK;
+}
+
+/* Committed as a whole; a null section leaves what was there. */
+static lh_status y_sparse(rc_ctx *c, const lh_ynode *n)
+{
+    bool empty;
+    lh_status st = y_mapping(c, n, "sparse_attention",
+                             "a mapping {algorithm: topk_blocks, top_k: N, local_blocks: N}",
+                             &empty);
+    if (st || empty)
+        return st;
+    if ((st = check_keys(c, n, "sparse_attention", sparse_keys, N_OF(sparse_keys))))
+        return st;
+    const lh_ynode *an = lh_ynode_get(n, "algorithm");
+    const lh_ynode *kn = lh_ynode_get(n, "top_k");
+    const lh_ynode *ln = lh_ynode_get(n, "local_blocks");
+    if (!an)
+        return yerr(c, n, "sparse_attention",
+                    "missing required key 'algorithm' (the only one is topk_blocks)");
+    if (!kn)
+        return yerr(c, n, "sparse_attention",
+                    "missing required key 'top_k' (KV blocks selected per query, >= 1)");
+    int alg;
+    if ((st = y_enum(c, an, "sparse_attention.algorithm", sparse_algorithms,
+                     N_OF(sparse_algorithms), &alg)))
+        return st;
+    lh_sparse_config sp = {.enabled = true, .local_blocks = 1, .origin = yorigin(n)};
+    if ((st = y_pos_int(c, kn, "sparse_attention.top_k", &sp.top_k)))
+        return st;
+    if (ln && (st = y_pos_int(c, ln, "sparse_attention.local_blocks", &sp.local_blocks)))
+        return st;
+    c->rc->sparse = sp;
+    return LH_OK;
+}
+
+/* Committed as a whole; a null section leaves what was there. */
+static lh_status y_speculative(rc_ctx *c, const lh_ynode *n)
+{
+    bool empty;
+    lh_status st = y_mapping(c, n, "speculative", "a mapping {mode: NAME, num_tokens: N}",
+                             &empty);
+    if (st || empty)
+        return st;
+    if ((st = check_keys(c, n, "speculative", spec_keys, N_OF(spec_keys))))
+        return st;
+    const lh_ynode *mn = lh_ynode_get(n, "mode");
+    const lh_ynode *kn = lh_ynode_get(n, "num_tokens");
+    if (!mn)
+        return yerr(c, n, "speculative",
+                    "missing required key 'mode' (e.g. eagle3, mtp, draft_model)");
+    if (!kn)
+        return yerr(c, n, "speculative",
+                    "missing required key 'num_tokens' (tokens drafted per step, >= 1)");
+    const char *mode;
+    if ((st = y_string(c, mn, "speculative.mode",
+                       "a speculative decoding mode (e.g. eagle3, mtp, draft_model)", &mode)))
+        return st;
+    int64_t num;
+    if ((st = y_pos_int(c, kn, "speculative.num_tokens", &num)))
+        return st;
+    char *m = lh_strdup(mode);
+    if (!m)
+        return nomem(c);
+    free(c->rc->speculative.mode);
+    c->rc->speculative.mode = m;
+    c->rc->speculative.num_tokens = num;
+    c->rc->speculative.origin = yorigin(n);
     return LH_OK;
 }
 
@@ -818,6 +1035,20 @@ static lh_status apply_tree(rc_ctx *c, const lh_ynode *root)
                 return st;
             rc->weight_placement = (lh_weight_placement)p;
             rc->weight_placement_origin = yorigin(v);
+        } else if (strcmp(k, "sparse_attention") == 0) {
+            if ((st = y_sparse(c, v)))
+                return st;
+        } else if (strcmp(k, "beam_width") == 0) {
+            if ((st = y_pos_int(c, v, k, &rc->beam_width)))
+                return st;
+            rc->beam_width_origin = yorigin(v);
+        } else if (strcmp(k, "speculative") == 0) {
+            if ((st = y_speculative(c, v)))
+                return st;
+        } else if (strcmp(k, "fused_rope") == 0) {
+            if ((st = y_bool(c, v, k, &rc->fused_rope)))
+                return st;
+            rc->fused_rope_origin = yorigin(v);
         }
     }
     return LH_OK;
@@ -869,6 +1100,53 @@ lh_status lh_run_config_load_file(lh_run_config *rc, const char *path, lh_err *e
 /* ------------------------------------------------------------------------------------------ */
 /* CLI overrides */
 
+/* kv_cache.SUB=VALUE; sub is one of the kv_cache.* names in flag_keys. */
+static lh_status set_kv_flag(lh_kv_cache_config *kv, const char *sub, const char *flag,
+                             const char *value, lh_err *err)
+{
+    const lh_value_origin fo = {.kind = LH_ORIGIN_FLAG};
+    char why[512];
+    int e;
+    if (strcmp(sub, "dtype") == 0 || strcmp(sub, "k_dtype") == 0 ||
+        strcmp(sub, "v_dtype") == 0) {
+        if (!parse_enum_text(value, kv_dtype_names, N_OF(kv_dtype_names), &e, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        if (sub[0] != 'v') {
+            kv->k_dtype = kv_dtype_values[e];
+            kv->k_dtype_origin = fo;
+        }
+        if (sub[0] != 'k') {
+            kv->v_dtype = kv_dtype_values[e];
+            kv->v_dtype_origin = fo;
+        }
+    } else if (strcmp(sub, "layout") == 0) {
+        if (!parse_enum_text(value, kv_layout_names, N_OF(kv_layout_names), &e, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        kv->layout = e;
+        kv->layout_origin = fo;
+    } else if (strcmp(sub, "memory_fraction") == 0) {
+        double f = 0.0;
+        if (strcasecmp(value, "auto") != 0 && !parse_fraction_text(value, &f, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s (or auto: unset)", flag, why);
+        kv->memory_fraction = f;
+        kv->memory_fraction_origin = fo;
+    } else if (strcmp(sub, "max_tokens") == 0) {
+        int64_t x = 0;
+        if (strcasecmp(value, "auto") != 0 && !parse_pos_int_text(value, &x, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s (or auto: unset)", flag, why);
+        kv->max_tokens = x;
+        kv->max_tokens_origin = fo;
+    } else { /* block_size */
+        int64_t x;
+        if (!parse_pos_int_text(value, &x, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        kv->block_size = x;
+        kv->block_size_origin = fo;
+    }
+    kv->origin = fo;
+    return LH_OK;
+}
+
 lh_status lh_run_config_set(lh_run_config *rc, const char *key_eq_value, lh_err *err)
 {
     if (!rc || !key_eq_value)
@@ -890,7 +1168,7 @@ lh_status lh_run_config_set(lh_run_config *rc, const char *key_eq_value, lh_err 
 
     int which = find_name(key, flag_keys, N_OF(flag_keys));
     if (which < 0 || strcmp(key, flag_keys[which]) != 0) {
-        char list[256], hint[160] = "";
+        char list[512], hint[160] = "";
         join_names(flag_keys, N_OF(flag_keys), list, sizeof list);
         const char *near = lh_nearest(key, flag_keys, N_OF(flag_keys));
         if (near)
@@ -977,6 +1255,22 @@ lh_status lh_run_config_set(lh_run_config *rc, const char *key_eq_value, lh_err 
             return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
         rc->weight_placement = (lh_weight_placement)p;
         rc->weight_placement_origin = fo;
+    } else if (strcmp(key, "beam_width") == 0) {
+        int64_t x;
+        if (!parse_pos_int_text(value, &x, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        rc->beam_width = x;
+        rc->beam_width_origin = fo;
+    } else if (strcmp(key, "fused_rope") == 0) {
+        bool b;
+        if (strcmp(value, "1") == 0 || strcmp(value, "0") == 0)
+            b = value[0] == '1';
+        else if (!parse_bool_text(value, &b, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        rc->fused_rope = b;
+        rc->fused_rope_origin = fo;
+    } else if (strncmp(key, "kv_cache.", 9) == 0) {
+        return set_kv_flag(&rc->kv_cache, key + 9, flag, value, err);
     } else { /* quant */
         int scheme;
         if (!parse_enum_text(value, scheme_names, N_OF(scheme_names), &scheme, why, sizeof why))
@@ -1094,14 +1388,277 @@ static lh_status rule_quant(const lh_run_config *rc, lh_err *err)
     return LH_OK;
 }
 
+static bool kv_dtype_valid(lh_dtype dt)
+{
+    for (size_t i = 0; i < N_OF(kv_dtype_values); i++)
+        if (dt == kv_dtype_values[i])
+            return true;
+    return false;
+}
+
+static lh_status rule_kv_cache(const lh_run_config *rc, lh_err *err)
+{
+    char obuf[1024], obuf2[1024];
+    const lh_kv_cache_config *kv = &rc->kv_cache;
+    if (kv->block_size <= 0)
+        return lh_err_set(err, LH_E_CONFIG, "kv_cache.block_size=%lld (from %s) must be > 0",
+                          (long long)kv->block_size, ORIGIN(rc, kv->block_size_origin));
+    if (kv->layout != 0 && kv->layout != 1)
+        return lh_err_set(err, LH_E_CONFIG,
+                          "kv_cache.layout=%d (from %s) is not 0 (NHD) or 1 (HND)", kv->layout,
+                          ORIGIN(rc, kv->layout_origin));
+    const struct {
+        const char *key;
+        lh_dtype dt;
+        lh_value_origin o;
+    } dts[] = {{"k_dtype", kv->k_dtype, kv->k_dtype_origin},
+               {"v_dtype", kv->v_dtype, kv->v_dtype_origin}};
+    for (size_t i = 0; i < N_OF(dts); i++)
+        if (!kv_dtype_valid(dts[i].dt))
+            return lh_err_set(err, LH_E_CONFIG,
+                              "kv_cache.%s=%s (from %s) is not a KV cache dtype (auto, float32, "
+                              "bfloat16, float16, fp8)",
+                              dts[i].key, lh_dtype_name(dts[i].dt), ORIGIN(rc, dts[i].o));
+    if (kv->max_tokens < 0)
+        return lh_err_set(err, LH_E_CONFIG, "kv_cache.max_tokens=%lld (from %s) must be > 0",
+                          (long long)kv->max_tokens, ORIGIN(rc, kv->max_tokens_origin));
+    /* 0 is unset; the negation also refuses NaN */
+    if (!(kv->memory_fraction >= 0.0 && kv->memory_fraction <= 1.0))
+        return lh_err_set(err, LH_E_CONFIG,
+                          "kv_cache.memory_fraction=%g (from %s) must be in (0, 1]",
+                          kv->memory_fraction, ORIGIN(rc, kv->memory_fraction_origin));
+    if (kv->max_tokens > 0 && kv->memory_fraction > 0.0)
+        return lh_err_set(err, LH_E_CONFIG,
+                          "kv_cache.max_tokens=%lld (from %s) and kv_cache.memory_fraction=%g "
+                          "(from %s) are mutually exclusive: both size the KV pool; give one",
+                          (long long)kv->max_tokens, ORIGIN(rc, kv->max_tokens_origin),
+                          kv->memory_fraction,
+                          lh_value_origin_str(rc, kv->memory_fraction_origin, obuf2,
+                                              sizeof obuf2));
+    return LH_OK;
+}
+
+/* beam_width, sparse_attention and speculative, each on its own (API users can build any
+ * struct). */
+static lh_status rule_decoding(const lh_run_config *rc, lh_err *err)
+{
+    char obuf[1024];
+    if (rc->beam_width < 1)
+        return lh_err_set(err, LH_E_CONFIG, "beam_width=%lld (from %s) must be >= 1",
+                          (long long)rc->beam_width, ORIGIN(rc, rc->beam_width_origin));
+    const lh_sparse_config *sp = &rc->sparse;
+    if (sp->enabled && sp->top_k < 1)
+        return lh_err_set(err, LH_E_CONFIG, "sparse_attention.top_k=%lld (from %s) must be >= 1",
+                          (long long)sp->top_k, ORIGIN(rc, sp->origin));
+    if (sp->enabled && sp->local_blocks < 1)
+        return lh_err_set(err, LH_E_CONFIG,
+                          "sparse_attention.local_blocks=%lld (from %s) must be >= 1",
+                          (long long)sp->local_blocks, ORIGIN(rc, sp->origin));
+    const lh_speculative_config *sd = &rc->speculative;
+    if (sd->mode && !*sd->mode)
+        return lh_err_set(err, LH_E_CONFIG,
+                          "speculative.mode (from %s) is empty; name a mode (e.g. eagle3, mtp, "
+                          "draft_model) or leave speculative out",
+                          ORIGIN(rc, sd->origin));
+    if (sd->mode && sd->num_tokens < 1)
+        return lh_err_set(err, LH_E_CONFIG, "speculative.num_tokens=%lld (from %s) must be >= 1",
+                          (long long)sd->num_tokens, ORIGIN(rc, sd->origin));
+    return LH_OK;
+}
+
+/* "from X" when keys and values got their dtypes from the same place, else both places. */
+static const char *kv_dtypes_from(const lh_run_config *rc, char *buf, size_t n)
+{
+    char k[1024], v[1024];
+    lh_value_origin_str(rc, rc->kv_cache.k_dtype_origin, k, sizeof k);
+    lh_value_origin_str(rc, rc->kv_cache.v_dtype_origin, v, sizeof v);
+    if (strcmp(k, v) == 0)
+        snprintf(buf, n, "from %s", k);
+    else
+        snprintf(buf, n, "k_dtype from %s, v_dtype from %s", k, v);
+    return buf;
+}
+
+/* DESIGN §9: mixed-precision KV needs no sparse attention, a single beam and no speculative
+ * decoding (the backend capability is checked with the facts, below). */
+static lh_status rule_mixed_kv(const lh_run_config *rc, lh_err *err)
+{
+    const lh_kv_cache_config *kv = &rc->kv_cache;
+    if (!lh_kv_cache_mixed(kv))
+        return LH_OK;
+    char what[160], obuf[1024];
+    const char *why = NULL;
+    lh_value_origin o = {0};
+    if (rc->sparse.enabled) {
+        snprintf(what, sizeof what, "sparse_attention");
+        o = rc->sparse.origin;
+        why = "mixed-precision KV supports dense attention only";
+    } else if (rc->beam_width > 1) {
+        snprintf(what, sizeof what, "beam_width=%lld", (long long)rc->beam_width);
+        o = rc->beam_width_origin;
+        why = "mixed-precision KV supports a single beam only";
+    } else if (rc->speculative.mode) {
+        snprintf(what, sizeof what, "speculative.mode=%.100s", rc->speculative.mode);
+        o = rc->speculative.origin;
+        why = "mixed-precision KV does not support speculative decoding";
+    }
+    if (!why)
+        return LH_OK;
+    char from[2200];
+    return lh_err_set(err, LH_E_CONFIG,
+                      "kv_cache.k_dtype=%s / v_dtype=%s (mixed-precision KV, %s) cannot be "
+                      "combined with %s (from %s): %s; give one kv_cache.dtype for keys and "
+                      "values, or drop %s",
+                      kv_dtype_str(kv->k_dtype), kv_dtype_str(kv->v_dtype),
+                      kv_dtypes_from(rc, from, sizeof from), what, ORIGIN(rc, o), why,
+                      rc->sparse.enabled ? "sparse_attention"
+                      : rc->beam_width > 1 ? "beam_width"
+                                           : "speculative");
+}
+
 static const rc_rule_fn validation_rules[] = {
-    rule_model_impl,
-    rule_dtype,
-    rule_sizes,
-    rule_quant,
+    rule_model_impl, rule_dtype, rule_sizes, rule_quant, rule_kv_cache, rule_decoding,
+    rule_mixed_kv,
 };
 
-lh_status lh_run_config_validate(const lh_run_config *rc, lh_err *err)
+/* ------------------------------------------------------------------------------------------ */
+/* Capabilities the run needs of its attention backend: one table, read by the validator (to
+ * refuse) and by explain (to show every check). */
+
+/* Writes the reason; a text that does not fit ends in "...". */
+__attribute__((format(printf, 3, 4))) static void because(char *buf, size_t n, const char *fmt,
+                                                           ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(buf, n, fmt, ap);
+    va_end(ap);
+    if (len >= 0 && (size_t)len >= n && n > 4)
+        memcpy(buf + n - 4, "...", 4);
+}
+
+static const char *model_where(const char *model_path)
+{
+    return model_path ? model_path : "the model's config.json";
+}
+
+typedef bool (*need_fn)(const lh_run_config *rc, const lh_model_geometry *geo,
+                        const char *model_path, char *why, size_t n);
+
+static bool need_sliding_window(const lh_run_config *rc, const lh_model_geometry *geo,
+                                const char *model_path, char *why, size_t n)
+{
+    (void)rc;
+    if (!geo || geo->sliding_window <= 0)
+        return false;
+    because(why, n, "sliding_window=%lld in %s", (long long)geo->sliding_window,
+            model_where(model_path));
+    return true;
+}
+
+static bool need_chunked(const lh_run_config *rc, const lh_model_geometry *geo,
+                         const char *model_path, char *why, size_t n)
+{
+    (void)rc;
+    if (!geo || geo->attention_chunk_size <= 0)
+        return false;
+    because(why, n, "attention_chunk_size=%lld in %s", (long long)geo->attention_chunk_size,
+            model_where(model_path));
+    return true;
+}
+
+static bool need_mla(const lh_run_config *rc, const lh_model_geometry *geo,
+                     const char *model_path, char *why, size_t n)
+{
+    (void)rc;
+    if (!geo || !geo->has_mla)
+        return false;
+    because(why, n, "kv_lora_rank=%lld in %s (multi-head latent attention)",
+            (long long)geo->kv_lora_rank, model_where(model_path));
+    return true;
+}
+
+static bool need_fp8_kv(const lh_run_config *rc, const lh_model_geometry *geo,
+                        const char *model_path, char *why, size_t n)
+{
+    (void)geo;
+    (void)model_path;
+    const lh_kv_cache_config *kv = &rc->kv_cache;
+    bool k = kv->k_dtype == LH_DTYPE_FP8_E4M3, v = kv->v_dtype == LH_DTYPE_FP8_E4M3;
+    if (!k && !v)
+        return false;
+    char from[2200];
+    if (k && v)
+        because(why, n, "kv_cache.k_dtype/v_dtype=%s (%s)", lh_dtype_name(kv->k_dtype),
+                kv_dtypes_from(rc, from, sizeof from));
+    else
+        because(why, n, "kv_cache.%s=%s (from %s)", k ? "k_dtype" : "v_dtype",
+                lh_dtype_name(LH_DTYPE_FP8_E4M3),
+                lh_value_origin_str(rc, k ? kv->k_dtype_origin : kv->v_dtype_origin, from,
+                                    sizeof from));
+    return true;
+}
+
+static bool need_sparse(const lh_run_config *rc, const lh_model_geometry *geo,
+                        const char *model_path, char *why, size_t n)
+{
+    (void)geo;
+    (void)model_path;
+    if (!rc->sparse.enabled)
+        return false;
+    char from[1024];
+    because(why, n, "sparse_attention=%s, top_k=%lld (from %s)", sparse_algorithms[0],
+            (long long)rc->sparse.top_k, lh_value_origin_str(rc, rc->sparse.origin, from,
+                                                             sizeof from));
+    return true;
+}
+
+static bool need_mixed_kv(const lh_run_config *rc, const lh_model_geometry *geo,
+                          const char *model_path, char *why, size_t n)
+{
+    (void)geo;
+    (void)model_path;
+    if (!lh_kv_cache_mixed(&rc->kv_cache))
+        return false;
+    char from[2200];
+    because(why, n, "kv_cache.k_dtype=%s / v_dtype=%s (%s)", kv_dtype_str(rc->kv_cache.k_dtype),
+            kv_dtype_str(rc->kv_cache.v_dtype), kv_dtypes_from(rc, from, sizeof from));
+    return true;
+}
+
+static const struct {
+    const char *capability;
+    uint64_t bit;
+    need_fn needed;
+} attn_need_rules[] = {
+    {"sliding_window", LH_ATTN_CAP_SLIDING_WINDOW, need_sliding_window},
+    {"chunked", LH_ATTN_CAP_CHUNKED, need_chunked},
+    {"mla", LH_ATTN_CAP_MLA, need_mla},
+    {"fp8_kv", LH_ATTN_CAP_FP8_KV, need_fp8_kv},
+    {"sparse", LH_ATTN_CAP_SPARSE, need_sparse},
+    {"mixed_kv", LH_ATTN_CAP_MIXED_KV, need_mixed_kv},
+};
+_Static_assert(N_OF(attn_need_rules) <= LH_ATTN_MAX_NEEDS, "raise LH_ATTN_MAX_NEEDS");
+
+size_t lh_attn_needs(const lh_run_config *rc, const lh_model_geometry *geo, const char *model_path,
+                     lh_attn_need out[LH_ATTN_MAX_NEEDS])
+{
+    if (!rc || !out)
+        return 0;
+    for (size_t i = 0; i < N_OF(attn_need_rules); i++) {
+        lh_attn_need *o = &out[i];
+        memset(o, 0, sizeof *o);
+        o->capability = attn_need_rules[i].capability;
+        o->bit = attn_need_rules[i].bit;
+        o->needed = attn_need_rules[i].needed(rc, geo, model_path, o->because, sizeof o->because);
+        if (!o->needed)
+            o->because[0] = '\0';
+    }
+    return N_OF(attn_need_rules);
+}
+
+lh_status lh_run_config_validate_with(const lh_run_config *rc, const lh_validation_facts *facts,
+                                      lh_err *err)
 {
     if (!rc)
         return lh_err_set(err, LH_E_USAGE, "lh_run_config_validate: rc is NULL");
@@ -1110,5 +1667,20 @@ lh_status lh_run_config_validate(const lh_run_config *rc, lh_err *err)
         if (st)
             return st;
     }
+    if (!facts || !facts->attn_backend)
+        return LH_OK;
+    lh_attn_need needs[LH_ATTN_MAX_NEEDS];
+    size_t n = lh_attn_needs(rc, facts->geo, facts->model_path, needs);
+    for (size_t i = 0; i < n; i++)
+        if (needs[i].needed && !(facts->attn_caps & needs[i].bit))
+            return lh_err_set(err, LH_E_UNSUPPORTED,
+                              "attention backend '%s' does not support %s, which this run needs "
+                              "(because %s); see `llmhost backends`",
+                              facts->attn_backend, needs[i].capability, needs[i].because);
     return LH_OK;
+}
+
+lh_status lh_run_config_validate(const lh_run_config *rc, lh_err *err)
+{
+    return lh_run_config_validate_with(rc, NULL, err);
 }

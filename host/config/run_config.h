@@ -9,8 +9,26 @@
  *   weight_placement: auto|mmap|huge_pages                (default auto)
  *   attn_backend: NAME                                    (case-insensitive; default vanilla)
  *   attn_backend_fallback: bool                           (default false)
- *   kv_cache: {block_size: int > 0 (16), dtype: auto|float32|bfloat16|float16|fp8,
- *              layout: NHD|HND, max_tokens: int > 0 (default max_seq_len x max_batch_size)}
+ *   kv_cache:
+ *     block_size: int > 0                 tokens per block (default 16)
+ *     dtype: auto|float32|bfloat16|float16|fp8   sets both k_dtype and v_dtype (auto: float32)
+ *     k_dtype, v_dtype: (the same names)  one tensor each; when given together with dtype, the
+ *                                         specific key wins for its tensor, whatever the order.
+ *                                         k_dtype != v_dtype (after auto -> float32) is
+ *                                         "mixed-precision KV"
+ *     layout: NHD|HND                     (default NHD)
+ *     max_tokens: int > 0                 pool size in tokens per layer
+ *     memory_fraction: float in (0, 1]    pool gets this fraction of the memory available when
+ *                                         the engine opens; excludes max_tokens
+ *                                         (neither: max_seq_len x max_batch_size tokens)
+ *   sparse_attention: {algorithm: topk_blocks, top_k: int >= 1, local_blocks: int >= 1 (1)}
+ *                                         algorithm and top_k are required; the only algorithm
+ *                                         is topk_blocks. Absent or null: dense attention.
+ *   beam_width: int >= 1                  (default 1)
+ *   speculative: {mode: NAME, num_tokens: int >= 1}   both required; NAME e.g. eagle3, mtp,
+ *                                         draft_model. Absent or null: no speculative decoding.
+ *   fused_rope: bool                      (default true: fuse RoPE into attention whenever the
+ *                                         backend can; false never asks)
  *   quant:
  *     scheme: none|fp8|int8|int4          default scheme for linear layers (default none)
  *     group_size: int > 0                 for int4 (default 128)
@@ -22,7 +40,12 @@
 #define LH_CONFIG_RUN_CONFIG_H
 
 #include "llmhost.h"
+#include "lh_config.h"
+
 #include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 typedef enum lh_origin_kind { LH_ORIGIN_DEFAULT = 0, LH_ORIGIN_YAML, LH_ORIGIN_FLAG } lh_origin_kind;
 typedef struct lh_value_origin {
@@ -66,15 +89,40 @@ typedef enum lh_weight_placement {
     LH_PLACE_HUGE_PAGES
 } lh_weight_placement;
 
-/* KV cache settings (DESIGN §8, paged backend). dtype LH_DTYPE_INVALID means auto (f32, the
- * activations' dtype); LH_DTYPE_FP8_E4M3 needs a backend with the fp8-KV capability. */
+/* KV cache settings (DESIGN §8, paged backend). k_dtype / v_dtype LH_DTYPE_INVALID mean auto
+ * (f32, the activations' dtype); LH_DTYPE_FP8_E4M3 needs a backend with the fp8-KV capability,
+ * and k_dtype != v_dtype (mixed-precision KV, lh_kv_cache_mixed) one with the mixed-KV
+ * capability. max_tokens and memory_fraction are mutually exclusive (the validator says so). */
 typedef struct lh_kv_cache_config {
     int64_t block_size; /* tokens per block, default 16 */
-    lh_dtype dtype;
-    int layout;         /* 0: NHD, 1: HND (lh_kv_layout) */
-    int64_t max_tokens; /* pool size in tokens per layer; 0: max_seq_len x max_batch_size */
-    lh_value_origin origin;
+    lh_dtype k_dtype, v_dtype;
+    int layout;             /* 0: NHD, 1: HND (lh_kv_layout) */
+    int64_t max_tokens;     /* pool size in tokens per layer; 0: unset */
+    double memory_fraction; /* (0, 1]: share of the memory available at engine open; 0: unset */
+    /* Where each value came from (kv_cache.dtype records both k_dtype_origin and
+     * v_dtype_origin). */
+    lh_value_origin block_size_origin, k_dtype_origin, v_dtype_origin, layout_origin,
+        max_tokens_origin, memory_fraction_origin;
+    lh_value_origin origin; /* the kv_cache section, or the last kv_cache.* flag */
 } lh_kv_cache_config;
+
+/* Sparse attention (DESIGN §8: a second dimension of the backend, needs LH_ATTN_CAP_SPARSE):
+ * each query attends to its local_blocks most recent KV blocks plus the top_k other blocks
+ * that score highest. The only algorithm is topk_blocks. */
+typedef struct lh_sparse_config {
+    bool enabled;
+    int64_t top_k;        /* >= 1 when enabled */
+    int64_t local_blocks; /* >= 1, default 1 */
+    lh_value_origin origin;
+} lh_sparse_config;
+
+/* Speculative decoding: mode names the drafting method (eagle3, mtp, draft_model, ...);
+ * NULL: off. num_tokens: tokens drafted per step. */
+typedef struct lh_speculative_config {
+    char *mode;
+    int64_t num_tokens;
+    lh_value_origin origin;
+} lh_speculative_config;
 
 typedef struct lh_run_config {
     char *source; /* YAML file path, or NULL when none was given */
@@ -99,7 +147,17 @@ typedef struct lh_run_config {
     bool attn_backend_fallback; /* unknown backend -> the default instead of an error */
     lh_value_origin attn_backend_fallback_origin;
     lh_kv_cache_config kv_cache;
+    lh_sparse_config sparse; /* YAML key sparse_attention */
+    int64_t beam_width;      /* >= 1, default 1 */
+    lh_value_origin beam_width_origin;
+    lh_speculative_config speculative;
+    /* Fuse RoPE into attention when the backend can (DESIGN §8); default true. */
+    bool fused_rope;
+    lh_value_origin fused_rope_origin;
 } lh_run_config;
+
+/* True when keys and values are stored in different dtypes (auto resolves to float32). */
+bool lh_kv_cache_mixed(const lh_kv_cache_config *kv);
 
 /* Fills defaults. Never fails. */
 void lh_run_config_init(lh_run_config *rc);
@@ -109,12 +167,49 @@ void lh_run_config_init(lh_run_config *rc);
 lh_status lh_run_config_load_file(lh_run_config *rc, const char *path, lh_err *err);
 lh_status lh_run_config_load_string(lh_run_config *rc, const char *yaml_text,
                                     const char *source_name, lh_err *err);
-/* A CLI override "key=value" for the scalar keys: mm_encoder_only, dtype, max_seq_len,
- * max_batch_size, model_impl (TARGET or TARGET:MODE or off), quant (a scheme name).
- * Errors: LH_E_USAGE naming the flag and the accepted values. */
+/* A CLI override "key=value" ('-' in the key reads as '_') for the scalar keys:
+ * mm_encoder_only, dtype, max_seq_len, max_batch_size, model_impl (TARGET or TARGET:MODE or
+ * off), quant (a scheme name), weight_placement, attn_backend, attn_backend_fallback,
+ * beam_width=N, fused_rope=true|false, kv_cache.dtype=NAME (both tensors), kv_cache.k_dtype,
+ * kv_cache.v_dtype, kv_cache.memory_fraction=F, kv_cache.max_tokens=N, kv_cache.block_size=N,
+ * kv_cache.layout=NHD|HND. kv_cache.max_tokens=auto and kv_cache.memory_fraction=auto unset
+ * the value (so that a flag can choose the other of the two over a YAML file).
+ * Each sets the value's origin to LH_ORIGIN_FLAG.
+ * Errors: LH_E_USAGE naming the flag and the accepted values; on error rc is unchanged. */
 lh_status lh_run_config_set(lh_run_config *rc, const char *key_eq_value, lh_err *err);
-/* The one validator of cross-key rules; runs before anything is loaded or allocated.
- * Errors: LH_E_CONFIG naming the key and where its value came from. */
+
+/* What the validator knows beyond the run config: the selected attention backend and the
+ * model geometry (each may be absent). */
+typedef struct lh_validation_facts {
+    const char *attn_backend;     /* normalized name of the selected backend, or NULL */
+    uint64_t attn_caps;           /* its LH_ATTN_CAP_* flags (plugin_api/lh_plugin.h) */
+    const lh_model_geometry *geo; /* NULL: no model known */
+    const char *model_path;       /* config.json path, for messages; may be NULL */
+} lh_validation_facts;
+
+/* One capability a run needs of its attention backend. */
+typedef struct lh_attn_need {
+    const char *capability; /* "sliding_window", "chunked", "mla", "fp8_kv", "sparse", "mixed_kv" */
+    uint64_t bit;           /* LH_ATTN_CAP_* */
+    bool needed;
+    char because[160];      /* e.g. "kv_cache.k_dtype=fp8_e4m3 (from run.yaml:3:12)" or
+                             * "sliding_window=4096 in /path/config.json"; "" when not needed.
+                             * Longer texts are cut and end in "..." */
+} lh_attn_need;
+#define LH_ATTN_MAX_NEEDS 8
+/* Fills out[] with every capability rule (needed or not), in a fixed order (sliding_window,
+ * chunked, mla, fp8_kv, sparse, mixed_kv); returns the count. The one table behind both the
+ * validator's errors and the explain trace. geo NULL: the model rules are not needed. */
+size_t lh_attn_needs(const lh_run_config *rc, const lh_model_geometry *geo, const char *model_path,
+                     lh_attn_need out[LH_ATTN_MAX_NEEDS]);
+/* The whole validator, run before anything is loaded or allocated: the rc-only rules
+ * (LH_E_CONFIG naming the key(s) and where each value came from), then (when
+ * facts->attn_backend is set) each needed capability the backend lacks → LH_E_UNSUPPORTED
+ * "attention backend 'X' does not support Y, which this run needs (because ...); see
+ * `llmhost backends`". facts may be NULL (rc-only rules). */
+lh_status lh_run_config_validate_with(const lh_run_config *rc, const lh_validation_facts *facts,
+                                      lh_err *err);
+/* lh_run_config_validate_with(rc, NULL, err). */
 lh_status lh_run_config_validate(const lh_run_config *rc, lh_err *err);
 void lh_run_config_free(lh_run_config *rc);
 /* JSON view for explain (new reference): values and their origins. */

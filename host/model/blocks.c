@@ -179,14 +179,17 @@ static bool check_spec(lh_build *b, const char *w, lh_attention_spec *s)
     return true;
 }
 
-static bool attn_mha(lh_build *b, lh_module *m, const lh_attention_spec *s, int64_t *kv_width,
+/* KV bytes per token of one layer: keys and values of kv_out elements each (MHA/GQA), or
+ * one latent of kv_out elements (MLA, stored with the keys' dtype). */
+static bool attn_mha(lh_build *b, lh_module *m, const lh_attention_spec *s, int64_t *kv_bytes,
                      const char *w)
 {
     int64_t q_out, kv_out;
     if (!lh_tree_mul(s->num_heads, s->head_dim, &q_out) ||
         !lh_tree_mul(s->num_kv_heads, s->head_dim, &kv_out) ||
-        !lh_tree_mul(kv_out, 2, kv_width))
+        !lh_tree_mul(kv_out, (int64_t)(b->kv_k_bits + b->kv_v_bits), kv_bytes))
         return spec_fail(b, w, "projection width overflows int64");
+    *kv_bytes /= 8;
     int64_t h = s->hidden_size;
     if (!lh_build_add_linear(b, m, "q_proj", h, q_out, s->qkv_bias) ||
         !lh_build_add_linear(b, m, "k_proj", h, kv_out, s->qkv_bias) ||
@@ -199,7 +202,7 @@ static bool attn_mha(lh_build *b, lh_module *m, const lh_attention_spec *s, int6
     return true;
 }
 
-static bool attn_mla(lh_build *b, lh_module *m, const lh_attention_spec *s, int64_t *kv_width,
+static bool attn_mla(lh_build *b, lh_module *m, const lh_attention_spec *s, int64_t *kv_bytes,
                      const char *w)
 {
     int64_t qk_head, q_out, kva_out, kvb_head, kvb_out, o_in;
@@ -224,7 +227,10 @@ static bool attn_mla(lh_build *b, lh_module *m, const lh_attention_spec *s, int6
         !lh_build_add_linear(b, m, "kv_b_proj", s->kv_lora_rank, kvb_out, false) ||
         !lh_build_add_linear(b, m, "o_proj", o_in, h, s->o_bias))
         return false;
-    *kv_width = kva_out; /* the latent is cached, not per-head K and V */
+    /* the latent is cached, not per-head K and V */
+    if (!lh_tree_mul(kva_out, (int64_t)b->kv_k_bits, kv_bytes))
+        return spec_fail(b, w, "KV bytes per token overflow int64");
+    *kv_bytes /= 8;
     return true;
 }
 
@@ -254,14 +260,9 @@ lh_module *lh_build_add_attention(lh_build *b, lh_module *parent, const char *na
     lh_module *m = lh_tree_add_module(b, parent, name, LH_MOD_ATTENTION);
     if (!m)
         return NULL;
-    int64_t kv_width = 0;
-    if (!(s.mla ? attn_mla(b, m, &s, &kv_width, w) : attn_mha(b, m, &s, &kv_width, w)))
+    int64_t kv_bytes = 0;
+    if (!(s.mla ? attn_mla(b, m, &s, &kv_bytes, w) : attn_mha(b, m, &s, &kv_bytes, w)))
         return NULL;
-    int64_t kv_bytes = lh_k_dtype_bytes(b->dtype, kv_width);
-    if (kv_bytes < 0) {
-        spec_fail(b, w, "KV bytes per token overflow int64");
-        return NULL;
-    }
     m->attn = lh_tree_alloc(b, sizeof *m->attn);
     if (!m->attn)
         return NULL;

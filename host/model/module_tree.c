@@ -99,6 +99,7 @@ lh_build *lh_tree_build_new(lh_dtype dtype)
     if (!b)
         return NULL;
     b->dtype = dtype;
+    b->kv_k_bits = b->kv_v_bits = 32;
     track(b, (int64_t)sizeof *b);
     lh_module *root = lh_tree_alloc(b, sizeof *root);
     if (!root) {
@@ -568,6 +569,10 @@ lh_status lh_model_build(const lh_host_api *api, const lh_model_provider *prov,
         lh_model_free(m);
         return lh_err_set(err, LH_E_NOMEM, "%s: out of memory", pname);
     }
+    if (rc && rc->kv_cache.k_dtype != LH_DTYPE_INVALID)
+        m->b->kv_k_bits = lh_k_dtype_bits(rc->kv_cache.k_dtype);
+    if (rc && rc->kv_cache.v_dtype != LH_DTYPE_INVALID)
+        m->b->kv_v_bits = lh_k_dtype_bits(rc->kv_cache.v_dtype);
     int64_t seq = rc && rc->max_seq_len > 0 ? rc->max_seq_len : cfg->geo.max_position_embeddings;
     m->max_seq_len = seq > 0 ? seq : 0;
     m->max_batch_size = rc && rc->max_batch_size > 0 ? rc->max_batch_size : 1;

@@ -75,6 +75,9 @@ struct lh_build {
     lh_status status;            /* first error wins */
     char msg[1536];
     lh_dtype dtype;              /* weight dtype */
+    /* KV cache element bits of keys and values (run config kv_cache; auto: f32), for the
+     * attention blocks' KV bytes per token */
+    unsigned kv_k_bits, kv_v_bits;
     lh_arena_chunk *chunks;
     lh_module *root;
     size_t n_modules;

@@ -114,10 +114,31 @@ static int64_t layer_window(const lh_model_config *cfg, int64_t i)
     return w;
 }
 
-lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_config *cfg,
-                          const lh_attn_ops *ops, int64_t max_seq_len, int64_t max_seqs,
-                          const lh_kv_cache_config *kv, lh_err *err)
+/* The host's KV cache for a paged backend: sized from kv_cache, one table pointer per slot. */
+static lh_status init_kv_cache(lh_decoder *d, const lh_attn_runtime *attn, lh_err *err)
 {
+    lh_kv_plan plan;
+    bool sparse = attn->sparse_top_k > 0 || attn->sparse_local_blocks > 0;
+    lh_status st = lh_kv_plan_compute(attn->kv, d->n_layers, d->kv_heads, d->head_dim, sparse,
+                                      d->max_seq_len, d->max_seqs, &plan, err);
+    if (st == LH_OK)
+        st = lh_kv_cache_create(&plan, &d->kv, err);
+    if (st != LH_OK)
+        return st;
+    d->tables = calloc((size_t)d->max_seqs, sizeof *d->tables);
+    d->table_len = calloc((size_t)d->max_seqs, sizeof *d->table_len);
+    d->tokens_after = calloc((size_t)d->max_seqs, sizeof *d->tokens_after);
+    if (!d->tables || !d->table_len || !d->tokens_after)
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    return LH_OK;
+}
+
+lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_config *cfg,
+                          const lh_attn_runtime *attn, int64_t max_seq_len, int64_t max_seqs,
+                          lh_err *err)
+{
+    const lh_attn_ops *ops = attn->ops;
+    const lh_kv_cache_config *kv = attn->kv;
     memset(d, 0, sizeof *d);
     const lh_model_geometry *g = &cfg->geo;
     lh_status st0 = check_supported(cfg, err);
@@ -132,6 +153,7 @@ lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_confi
     d->vocab = g->vocab_size;
     d->eps = (float)g->rms_norm_eps;
     d->attn_ops = ops;
+    d->fused_rope = attn->fused_rope;
     d->max_seq_len = max_seq_len;
     d->max_seqs = max_seqs;
     lh_status st = need(m, "model.embed_tokens", "weight", &d->embed, err);
@@ -155,6 +177,8 @@ lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_confi
                             g->rope_scaling.kind ? g->rope_scaling.kind : "default",
                             lh_k_last_error(NULL));
     }
+    if (st == LH_OK && (attn->caps & LH_ATTN_CAP_PAGED_KV))
+        st = init_kv_cache(d, attn, err);
     for (int64_t i = 0; i < d->n_layers && st == LH_OK; i++) {
         lh_attn_geometry ag = {
             .struct_size = sizeof ag,
@@ -168,9 +192,13 @@ lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_confi
             .max_seqs = max_seqs,
             .attention_chunk_size = g->attention_chunk_size,
             .kv_block_size = kv->block_size,
-            .kv_dtype = kv->dtype == LH_DTYPE_INVALID ? LH_DTYPE_F32 : kv->dtype,
+            .kv_dtype = kv->k_dtype == LH_DTYPE_INVALID ? LH_DTYPE_F32 : kv->k_dtype,
             .kv_layout = kv->layout,
             .kv_max_tokens = kv->max_tokens,
+            .kv_v_dtype = kv->v_dtype == LH_DTYPE_INVALID ? LH_DTYPE_F32 : kv->v_dtype,
+            .sparse_top_k = attn->sparse_top_k,
+            .sparse_local_blocks = attn->sparse_local_blocks,
+            .fused_rope = attn->fused_rope,
         };
         char msg[512] = "";
         st = ops->create(&ag, &d->layers[i].attn, msg, sizeof msg);
@@ -208,11 +236,16 @@ void lh_decoder_free(lh_decoder *d)
     free(d->layers);
     lh_k_rope_free(&d->rope);
     free_scratch(d);
+    lh_kv_cache_free(d->kv);
+    free(d->tables);
+    free(d->table_len);
+    free(d->tokens_after);
     memset(d, 0, sizeof *d);
 }
 
 void lh_decoder_release(lh_decoder *d, int64_t slot)
 {
+    lh_kv_cache_release(d->kv, slot);
     if (d->attn_ops->release)
         for (int64_t i = 0; i < d->n_layers; i++)
             d->attn_ops->release(d->layers[i].attn, slot);
@@ -274,6 +307,8 @@ static lh_status qk_prepare(lh_decoder *d, lh_kctx *kctx, const lh_decoder_layer
         if ((st = kcheck(st, kctx, "q/k norm", layer, err)) != LH_OK)
             return st;
     }
+    if (d->fused_rope) /* the backend rotates q and k itself */
+        return LH_OK;
     for (int64_t s = 0; s < step->n_seqs; s++) {
         int64_t shape[3] = {step->n_new[s], nh, D};
         lh_tensor part = lh_tensor_cpu(LH_DTYPE_F32, x + step->token_start[s] * nh * D, 3, shape);
@@ -309,8 +344,11 @@ static lh_status layer_forward(lh_decoder *d, lh_kctx *kctx, const lh_attn_step 
     lh_tensor k3 = lh_tensor_cpu(LH_DTYPE_F32, d->k, 3, ks);
     lh_tensor v3 = lh_tensor_cpu(LH_DTYPE_F32, d->v, 3, ks);
     lh_tensor o3 = lh_tensor_cpu(LH_DTYPE_F32, d->attn_out, 3, qs);
+    const lh_attn_forward_args args = {.struct_size = sizeof args,
+                                       .kv = lh_kv_cache_layer(d->kv, li),
+                                       .rope = d->fused_rope ? &d->rope : NULL};
     char msg[512] = "";
-    st = d->attn_ops->forward(L->attn, kctx, step, &q3, &k3, &v3, &o3, msg, sizeof msg);
+    st = d->attn_ops->forward(L->attn, kctx, step, &args, &q3, &k3, &v3, &o3, msg, sizeof msg);
     if (st != LH_OK)
         return lh_err_set(err, st, "layer %lld attention: %s", (long long)li, msg);
 
@@ -343,9 +381,33 @@ lh_status lh_decoder_forward(lh_decoder *d, lh_kctx *kctx, const lh_attn_step *s
     const int64_t T = step->n_tokens;
     if (T <= 0)
         return lh_err_set(err, LH_E_USAGE, "forward: empty batch");
+    if (step->n_seqs < 1 || step->n_seqs > d->max_seqs)
+        return lh_err_set(err, LH_E_USAGE, "forward: a step of %lld sequences (max_batch_size "
+                          "%lld)", (long long)step->n_seqs, (long long)d->max_seqs);
+    for (int64_t s = 0; s < step->n_seqs; s++) {
+        const int64_t after = step->ctx_len[s] + step->n_new[s];
+        if (after > d->max_seq_len)
+            return lh_err_set(err, LH_E_UNSUPPORTED, "forward: the sequence in slot %lld needs "
+                              "%lld tokens, more than max_seq_len %lld", (long long)step->slot[s],
+                              (long long)after, (long long)d->max_seq_len);
+    }
     lh_status st = reserve_scratch(d, T, err);
     if (st != LH_OK)
         return st;
+    /* blocks for every sequence's tokens after this step, all or nothing, before any layer */
+    lh_attn_step paged = *step;
+    if (d->kv) {
+        for (int64_t s = 0; s < step->n_seqs; s++)
+            d->tokens_after[s] = step->ctx_len[s] + step->n_new[s];
+        if ((st = lh_kv_cache_reserve(d->kv, step->slot, d->tokens_after, step->n_seqs, err)))
+            return st;
+        for (int64_t s = 0; s < step->n_seqs; s++)
+            d->tables[s] = lh_kv_cache_table(d->kv, step->slot[s], &d->table_len[s]);
+        paged.struct_size = sizeof paged;
+        paged.block_tables = d->tables;
+        paged.n_blocks = d->table_len;
+        step = &paged;
+    }
     for (int64_t i = 0; i < d->n_layers; i++) {
         char msg[512] = "";
         if (d->attn_ops->prepare &&

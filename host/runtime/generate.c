@@ -83,6 +83,28 @@ static lh_status pick(lh_decoder *d, lh_kctx *kctx, const float *logits, int64_t
     return LH_OK;
 }
 
+/* A paged KV pool smaller than the batch's whole need is refused before the first step,
+ * not discovered midway (the numbers say how much is missing). */
+static lh_status check_pool(const lh_decoder *d, const int64_t *lens, int64_t n_seqs,
+                            int64_t extra, lh_err *err)
+{
+    if (!d->kv)
+        return LH_OK;
+    const lh_kv_plan *p = lh_kv_cache_plan(d->kv);
+    int64_t need = 0;
+    for (int64_t s = 0; s < n_seqs; s++)
+        need += (lens[s] + extra + p->block_size - 1) / p->block_size;
+    if (need > lh_kv_cache_free_blocks(d->kv))
+        return lh_err_set(err, LH_E_UNSUPPORTED, "the KV cache cannot hold this request: it "
+                          "needs %lld blocks of %lld tokens (%lld sequence%s), the pool has %lld "
+                          "free of %lld (sized by %s); raise kv_cache.max_tokens / "
+                          "memory_fraction or send fewer tokens", (long long)need,
+                          (long long)p->block_size, (long long)n_seqs, n_seqs == 1 ? "" : "s",
+                          (long long)lh_kv_cache_free_blocks(d->kv), (long long)p->num_blocks,
+                          p->sized_by);
+    return LH_OK;
+}
+
 lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const *prompts,
                              const int64_t *lens, int64_t n_seqs, int64_t max_new, int32_t *out,
                              lh_err *err)
@@ -110,6 +132,9 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
                               (long long)max_new, (long long)d->max_seq_len);
         total += lens[s];
     }
+    lh_status st0 = check_pool(d, lens, n_seqs, max_new - (max_new > 0), err);
+    if (st0 != LH_OK)
+        return st0;
     if (max_new == 0)
         return LH_OK;
     step_buf b;
@@ -165,6 +190,8 @@ lh_status lh_sequence_logits(lh_decoder *d, lh_kctx *kctx, const int32_t *tokens
     if (n <= 0)
         return lh_err_set(err, LH_E_USAGE, "logits: empty token list");
     lh_status st = check_tokens(d, tokens, n, 0, err);
+    if (st == LH_OK && n <= d->max_seq_len)
+        st = check_pool(d, &n, 1, 0, err);
     if (st != LH_OK)
         return st;
     int32_t *positions = malloc((size_t)n * sizeof *positions);

@@ -72,6 +72,17 @@ typedef struct lh_cpu_ops {
     float (*dot)(const float *a, const float *b, int64_t n);
     /* y[i] += a * x[i] */
     void (*axpy)(float *y, float a, const float *x, int64_t n);
+    /* out[r] = dot(q, k + r * kstride, n) * scale for r < rows: each value exactly as dot()
+     * computes it, then one multiplication (rows interleaved for speed, never mixed) */
+    void (*dot_rows)(const float *q, const float *k, int64_t kstride, int64_t rows, int64_t n,
+                     float scale, float *out);
+    /* axpy(y, w[r], x + r * xstride, n) for r = 0 .. rows - 1 in order, with the same
+     * arithmetic per element as those calls (y kept in registers across the rows) */
+    void (*axpy_rows)(float *y, const float *w, const float *x, int64_t xstride, int64_t rows,
+                      int64_t n);
+    /* sum max(q[i] * lo[i], q[i] * hi[i]): the bound of q.k over keys between lo and hi
+     * (sparse block selection); the summation order is the ISA's own */
+    float (*bound_dot)(const float *q, const float *lo, const float *hi, int64_t n);
     /* RoPE on one head: lo, hi the two halves (n each):
      * lo' = lo * c - hi * s; hi' = hi * c + lo * s (no fused multiply-add, as torch) */
     void (*rope_rot)(float *lo, float *hi, const float *c, const float *s, int64_t n);
@@ -133,6 +144,13 @@ void lh_pool_free(lh_pool *pool);
 
 /* ---- context (ctx.c) ---------------------------------------------------------------------- */
 
+/* Ownership mark of one pool block, for the paged kernels' duplicate-block check. */
+typedef struct lh_cpu_mark {
+    uint32_t gen; /* the check that set it */
+    int32_t seq;
+    int64_t logical;
+} lh_cpu_mark;
+
 struct lh_kctx {
     lh_device device;
     int n_threads;
@@ -141,6 +159,11 @@ struct lh_kctx {
     lh_pool *pool;           /* NULL when n_threads == 1 */
     float *scratch;          /* n_threads * scratch_per_thread floats */
     size_t scratch_per_thread;
+    void *arena;             /* one call's shared working memory (see lh_cpu_arena) */
+    size_t arena_bytes;
+    lh_cpu_mark *marks;      /* see lh_cpu_marks */
+    int64_t n_marks;
+    uint32_t mark_gen;
     char err[768];
 };
 
@@ -161,6 +184,16 @@ static inline size_t lh_cpu_scratch_stride(const lh_kctx *ctx)
 {
     return ctx->scratch_per_thread;
 }
+
+/* Shared (not per-thread) working memory of at least `bytes` bytes for the duration of one
+ * kernel call, 64-byte aligned; grown on demand and kept by the context, so a steady stream
+ * of calls allocates nothing. NULL on allocation failure. Independent of lh_cpu_scratch;
+ * valid until the next lh_cpu_arena call. */
+void *lh_cpu_arena(lh_kctx *ctx, size_t bytes);
+
+/* Marks for n pool blocks and a fresh generation number: a block is marked by the current
+ * check when marks[b].gen == *gen. NULL on allocation failure. */
+lh_cpu_mark *lh_cpu_marks(lh_kctx *ctx, int64_t n, uint32_t *gen);
 
 /* True while the calling thread executes a task of ctx's pool (kernels refuse re-entry). */
 bool lh_cpu_in_task(const lh_kctx *ctx);
@@ -222,6 +255,21 @@ lh_status lh_cpu_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
 /* inv_freq for "dynamic" scaling at seq_len (> max_position_embeddings), as HF's forward-time
  * update computes it (rope.c). */
 void lh_cpu_rope_dynamic_inv_freq(const lh_rope *rope, int64_t seq_len, float *inv_freq);
+
+/* The pieces of lh_k_rope_apply, shared with the fused-RoPE paths of the paged kernels so
+ * that they rotate bit for bit as it does (rope.c):
+ *  - lh_cpu_rope_is_dynamic: whether the table's frequencies depend on seq_len there (dynamic
+ *    scaling and seq_len > max_position_embeddings);
+ *  - lh_cpu_rope_inv: the frequencies for seq_len: rope->inv_freq, or (dynamic) computed into
+ *    buf [rotary_dim / 2];
+ *  - lh_cpu_rope_cos_sin: cos and sin [rotary_dim / 2] at position pos;
+ *  - lh_cpu_rope_heads: rotates the first rotary_dim dims of each of the n_heads heads (D
+ *    floats apart) of one token. */
+bool lh_cpu_rope_is_dynamic(const lh_rope *rope, int64_t seq_len);
+const float *lh_cpu_rope_inv(const lh_rope *rope, int64_t seq_len, float *buf);
+void lh_cpu_rope_cos_sin(const lh_rope *rope, const float *inv, int32_t pos, float *c, float *s);
+void lh_cpu_rope_heads(const lh_cpu_ops *ops, const lh_rope *rope, float *x, int64_t n_heads,
+                       int64_t D, const float *c, const float *s);
 
 /* Elements of a tensor (shape product over ndim). */
 static inline int64_t lh_cpu_numel(const lh_tensor *t)

@@ -111,6 +111,8 @@ void lh_k_ctx_free(lh_kctx *ctx)
         return;
     lh_pool_free(ctx->pool);
     free(ctx->scratch);
+    free(ctx->arena);
+    free(ctx->marks);
     free(ctx);
 }
 
@@ -157,6 +159,52 @@ float *lh_cpu_scratch(lh_kctx *ctx, size_t floats)
     ctx->scratch = mem;
     ctx->scratch_per_thread = floats;
     return ctx->scratch;
+}
+
+void *lh_cpu_arena(lh_kctx *ctx, size_t bytes)
+{
+    if (bytes > SIZE_MAX / 4)
+        return NULL;
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (bytes == 0)
+        bytes = 64;
+    if (ctx->arena && ctx->arena_bytes >= bytes)
+        return ctx->arena;
+    /* grow geometrically: a batch that changes shape every step settles quickly */
+    size_t want = ctx->arena_bytes > bytes / 2 ? 2 * ctx->arena_bytes : bytes;
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, want) != 0) {
+        want = bytes;
+        if (posix_memalign(&mem, 64, want) != 0)
+            return NULL;
+    }
+    free(ctx->arena);
+    ctx->arena = mem;
+    ctx->arena_bytes = want;
+    return mem;
+}
+
+lh_cpu_mark *lh_cpu_marks(lh_kctx *ctx, int64_t n, uint32_t *gen)
+{
+    if (n < 1)
+        n = 1;
+    if (ctx->n_marks < n) {
+        if ((uint64_t)n > SIZE_MAX / sizeof(lh_cpu_mark))
+            return NULL;
+        lh_cpu_mark *m = calloc((size_t)n, sizeof *m);
+        if (!m)
+            return NULL;
+        free(ctx->marks);
+        ctx->marks = m;
+        ctx->n_marks = n;
+        ctx->mark_gen = 0;
+    }
+    if (++ctx->mark_gen == 0) { /* wrapped: forget every old mark */
+        memset(ctx->marks, 0, (size_t)ctx->n_marks * sizeof *ctx->marks);
+        ctx->mark_gen = 1;
+    }
+    *gen = ctx->mark_gen;
+    return ctx->marks;
 }
 
 /* ---- public parallel_for -------------------------------------------------------------- */

@@ -239,13 +239,46 @@ LH_EXPORT void lh_k_rope_free(lh_rope *rope)
 
 /* ---- apply ------------------------------------------------------------------------------ */
 
+bool lh_cpu_rope_is_dynamic(const lh_rope *rope, int64_t seq_len)
+{
+    return !strcmp(rope->scaling.kind ? rope->scaling.kind : "default", "dynamic") &&
+           seq_len > rope->max_position_embeddings;
+}
+
+const float *lh_cpu_rope_inv(const lh_rope *rope, int64_t seq_len, float *buf)
+{
+    if (!lh_cpu_rope_is_dynamic(rope, seq_len))
+        return rope->inv_freq;
+    lh_cpu_rope_dynamic_inv_freq(rope, seq_len, buf);
+    return buf;
+}
+
+void lh_cpu_rope_cos_sin(const lh_rope *rope, const float *inv, int32_t pos, float *c, float *s)
+{
+    const int64_t half = rope->rotary_dim / 2;
+    const float p = (float)pos, att = rope->attention_scaling;
+    for (int64_t i = 0; i < half; i++) {
+        const float f = p * inv[i];
+        c[i] = (float)cos((double)f) * att;
+        s[i] = (float)sin((double)f) * att;
+    }
+}
+
+void lh_cpu_rope_heads(const lh_cpu_ops *ops, const lh_rope *rope, float *x, int64_t n_heads,
+                       int64_t D, const float *c, const float *s)
+{
+    const int64_t half = rope->rotary_dim / 2;
+    for (int64_t h = 0; h < n_heads; h++)
+        ops->rope_rot(x + h * D, x + h * D + half, c, s, half);
+}
+
 struct rope_job {
     const lh_cpu_ops *ops;
+    const lh_rope *rope;
     float *x;
     const int32_t *pos;
     const float *inv;
-    float att;
-    int64_t H, D, half;
+    int64_t H, D;
     float *scratch;
     size_t stride;
 };
@@ -253,16 +286,9 @@ struct rope_job {
 static void rope_token(int64_t t, int tid, void *user)
 {
     const struct rope_job *j = user;
-    float *c = j->scratch + (size_t)tid * j->stride, *s = c + j->half;
-    const float p = (float)j->pos[t];
-    for (int64_t i = 0; i < j->half; i++) {
-        const float f = p * j->inv[i];
-        c[i] = (float)cos((double)f) * j->att;
-        s[i] = (float)sin((double)f) * j->att;
-    }
-    float *row = j->x + t * j->H * j->D;
-    for (int64_t h = 0; h < j->H; h++)
-        j->ops->rope_rot(row + h * j->D, row + h * j->D + j->half, c, s, j->half);
+    float *c = j->scratch + (size_t)tid * j->stride, *s = c + j->rope->rotary_dim / 2;
+    lh_cpu_rope_cos_sin(j->rope, j->inv, j->pos[t], c, s);
+    lh_cpu_rope_heads(j->ops, j->rope, j->x + t * j->H * j->D, j->H, j->D, c, s);
 }
 
 lh_status lh_cpu_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x, const int32_t *positions,
@@ -273,22 +299,19 @@ lh_status lh_cpu_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x, con
         return LH_OK;
     const int64_t half = rope->rotary_dim / 2;
     float *dyn = NULL;
-    const float *inv = rope->inv_freq;
-    if (!strcmp(rope->scaling.kind ? rope->scaling.kind : "default", "dynamic") &&
-        seq_len > rope->max_position_embeddings) {
+    if (lh_cpu_rope_is_dynamic(rope, seq_len)) {
         dyn = malloc((size_t)half * sizeof(float));
         if (!dyn)
             return lh_kerr(ctx, LH_E_NOMEM, "lh_k_rope_apply: out of memory");
-        lh_cpu_rope_dynamic_inv_freq(rope, seq_len, dyn);
-        inv = dyn;
     }
+    const float *inv = lh_cpu_rope_inv(rope, seq_len, dyn);
     float *scratch = lh_cpu_scratch(ctx, (size_t)(2 * half));
     if (!scratch) {
         free(dyn);
         return lh_kerr(ctx, LH_E_NOMEM, "lh_k_rope_apply: out of memory");
     }
-    struct rope_job j = {ctx->ops, x->data, positions, inv, rope->attention_scaling, x->shape[1],
-                         x->shape[2], half, scratch, lh_cpu_scratch_stride(ctx)};
+    struct rope_job j = {ctx->ops, rope, x->data, positions, inv, x->shape[1], x->shape[2],
+                         scratch, lh_cpu_scratch_stride(ctx)};
     lh_cpu_parallel(ctx, T, rope_token, &j);
     free(dyn);
     return LH_OK;

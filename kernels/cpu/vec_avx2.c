@@ -26,6 +26,17 @@ static LH_ALWAYS_INLINE TGT float dot_tail(vf a0, vf a1, const float *a, const f
     return s;
 }
 
+/* The last n % 8 elements of axpy_rows (vec_simd.inc): simd_axpy's scalar tail, row by row. */
+static LH_ALWAYS_INLINE TGT void axpy_rows_tail(float *y, const float *w, const float *x,
+                                                int64_t xstride, int64_t rows, int64_t i, int64_t n)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float a = w[r], *xr = x + r * xstride;
+        for (int64_t e = i; e < n; e++)
+            y[e] += a * xr[e];
+    }
+}
+
 #include "vec_simd.inc"
 
 static TGT void simd_add(float *res, const float *x, int64_t n)

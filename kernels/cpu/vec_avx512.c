@@ -27,6 +27,18 @@ static LH_ALWAYS_INLINE TGT float dot_tail(vf a0, vf a1, const float *a, const f
     return vf_hsum(_mm512_add_ps(a0, a1));
 }
 
+/* The last n % 16 elements of axpy_rows (vec_simd.inc): simd_axpy's masked step, row by
+ * row, with the partial vector of y kept in a register. */
+static LH_ALWAYS_INLINE TGT void axpy_rows_tail(float *y, const float *w, const float *x,
+                                                int64_t xstride, int64_t rows, int64_t i, int64_t n)
+{
+    const __mmask16 m = tail_mask(n - i);
+    __m512 yv = _mm512_maskz_loadu_ps(m, y + i);
+    for (int64_t r = 0; r < rows; r++)
+        yv = _mm512_fmadd_ps(_mm512_set1_ps(w[r]), _mm512_maskz_loadu_ps(m, x + r * xstride + i), yv);
+    _mm512_mask_storeu_ps(y + i, m, yv);
+}
+
 #include "vec_simd.inc"
 
 static TGT void simd_add(float *res, const float *x, int64_t n)

@@ -90,6 +90,36 @@ static void s_axpy(float *y, float a, const float *x, int64_t n)
         y[i] += a * x[i];
 }
 
+static void s_dot_rows(const float *q, const float *k, int64_t kstride, int64_t rows, int64_t n,
+                       float scale, float *out)
+{
+    for (int64_t r = 0; r < rows; r++)
+        out[r] = s_dot(q, k + r * kstride, n) * scale;
+}
+
+static void s_axpy_rows(float *y, const float *w, const float *x, int64_t xstride, int64_t rows,
+                        int64_t n)
+{
+    for (int64_t r = 0; r < rows; r++)
+        s_axpy(y, w[r], x + r * xstride, n);
+}
+
+static float s_bound_dot(const float *q, const float *lo, const float *hi, int64_t n)
+{
+    float s[4] = {0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int u = 0; u < 4; u++) {
+            float a = q[i + u] * lo[i + u], b = q[i + u] * hi[i + u];
+            s[u] += a > b ? a : b;
+        }
+    for (; i < n; i++) {
+        float a = q[i] * lo[i], b = q[i] * hi[i];
+        s[0] += a > b ? a : b;
+    }
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
 static void s_rope_rot(float *lo, float *hi, const float *c, const float *s, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
@@ -147,6 +177,9 @@ const lh_cpu_ops lh_cpu_ops_scalar = {
     .scale = s_scale,
     .dot = s_dot,
     .axpy = s_axpy,
+    .dot_rows = s_dot_rows,
+    .axpy_rows = s_axpy_rows,
+    .bound_dot = s_bound_dot,
     .rope_rot = s_rope_rot,
     .argmax = s_argmax,
     .bf16_to_f32 = s_bf16_to_f32,

@@ -53,6 +53,16 @@ static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *er
         return fail(err, n, LH_E_UNSUPPORTED,
                     "vanilla: kv_cache.dtype other than float32 is not supported (the reference "
                     "backend keeps its cache in f32); use the paged backend");
+    /* ABI 2 fields: what the host never asks of a backend without the capability */
+    if (g->struct_size >= offsetof(lh_attn_geometry, fused_rope) + sizeof g->fused_rope) {
+        if (g->kv_v_dtype != LH_DTYPE_F32 && g->kv_v_dtype != LH_DTYPE_INVALID)
+            return fail(err, n, LH_E_UNSUPPORTED, "vanilla: kv_cache.v_dtype other than float32 "
+                        "is not supported; use the paged backend");
+        if (g->sparse_top_k || g->sparse_local_blocks || g->fused_rope)
+            return fail(err, n, LH_E_UNSUPPORTED, "vanilla: %s is not supported (the reference "
+                        "backend attends densely to RoPE-rotated inputs)",
+                        g->fused_rope ? "fused RoPE" : "sparse attention");
+    }
     lh_attn_layer *l = calloc(1, sizeof *l);
     if (l)
         l->slots = calloc((size_t)g->max_seqs, sizeof *l->slots);
@@ -115,9 +125,10 @@ static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, char *err, 
 }
 
 static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *step,
-                         const lh_tensor *q, const lh_tensor *k, const lh_tensor *v,
-                         lh_tensor *out, char *err, size_t n)
+                         const lh_attn_forward_args *args, lh_tensor *q, lh_tensor *k,
+                         const lh_tensor *v, lh_tensor *out, char *err, size_t n)
 {
+    (void)args; /* its own contiguous cache; never fused */
     const int64_t H = l->g.num_heads, KVH = l->g.num_kv_heads, D = l->g.head_dim;
     const size_t row = (size_t)(KVH * D);
     for (int64_t s = 0; s < step->n_seqs; s++) {

@@ -214,12 +214,12 @@ class TestCommands(CliTestCase):
     def test_version_shows_abi(self):
         rc, out, err = cli("version")
         self.assertEqual(rc, 0, err)
-        self.assertRegex(out, r"^llmhost \S+ \(plugin ABI 1\.0\)$")
+        self.assertRegex(out, r"^llmhost \S+ \(plugin ABI 2\.0\)$")
 
     def test_version_flag(self):
         rc, out, err = cli("--version")
         self.assertEqual(rc, 0, err)
-        self.assertIn("plugin ABI 1.0", out)
+        self.assertIn("plugin ABI 2.0", out)
 
     def test_unknown_command_exits_2(self):
         rc, out, err = cli("frobnicate")
@@ -311,7 +311,7 @@ class TestCommands(CliTestCase):
         self.assertEqual(realpath(so), realpath(os.path.join(BUILTIN_PLUGINS, "libmodel_llama.so")))
         self.assertEqual(j["origin"], "builtin")
         self.assertEqual(j["loaded_plugins"], [so])
-        self.assertEqual(j["plugin"]["abi"], "1.0")
+        self.assertEqual(j["plugin"]["abi"], "2.0")
 
     def test_resolve_model_dir_and_config_path_agree(self):
         a = self.ok_json("resolve", cfg("llama-3.1-8b"), "--json")
@@ -391,8 +391,15 @@ class TestExplain(CliTestCase):
 
     def test_kv_bytes_per_token_llama(self):
         j = self.explain(cfg("llama-3.1-8b"))
-        # 32 layers x 8 kv heads x 128 head dim x (K + V) x 2 bytes
-        self.assertEqual(j["kv_bytes_per_token"], 131072)
+        # 32 layers x 8 kv heads x 128 head dim x (K + V) x 4 bytes (kv_cache dtype auto: f32)
+        self.assertEqual(j["kv_bytes_per_token"], 262144)
+        # the memory plan and the attention trace agree, per backend
+        self.assertEqual(j["attention"]["kv_cache"]["bytes_per_token"], 262144)
+        # fp8 keys + bf16 values: 3 bytes per element pair
+        j = self.explain(cfg("llama-3.1-8b"), "--attn-backend", "paged",
+                         "--set", "kv_cache.k_dtype=fp8", "--set", "kv_cache.v_dtype=bfloat16")
+        self.assertEqual(j["kv_bytes_per_token"], 32 * 8 * 128 * 3)
+        self.assertEqual(j["attention"]["kv_cache"]["bytes_per_token"], 32 * 8 * 128 * 3)
 
     def test_llama_405b_plans_without_allocating(self):
         j = self.explain(cfg("llama-3.1-405b"))
@@ -455,7 +462,7 @@ class TestExplain(CliTestCase):
         self.assertEqual(j["run_config"]["max_seq_len"]["value"], 4096)
         self.assertEqual(j["run_config"]["max_batch_size"]["value"], 2)
         self.assertEqual(j["kv_pool_tokens"], 4096 * 2)
-        self.assertEqual(j["kv_pool_bytes"], 4096 * 2 * 131072)
+        self.assertEqual(j["kv_pool_bytes"], 4096 * 2 * 262144)
 
 
 # ---- 3. every error class ---------------------------------------------------------------------
@@ -554,14 +561,14 @@ class TestErrorClasses(CliTestCase):
         self.assert_error(cli("resolve", self.arch_model("AbiForCausalLM"),
                               "--custom-module-dir", d),
                           8, "abi-mismatch", os.path.join(d, "libmodel_tp_abi_major.so"),
-                          "2.0", "1.0")
+                          "1.0", "2.0")
 
     def test_abi_minor_too_new(self):
         d = self.plugin_dir("c", ["tp_abi_minor"],
                             [("model", "AbiForCausalLM", "libmodel_tp_abi_minor.so")])
         self.assert_error(cli("resolve", self.arch_model("AbiForCausalLM"),
                               "--custom-module-dir", d),
-                          8, "abi-mismatch", "1.99", "1.0")
+                          8, "abi-mismatch", "2.99", "2.0")
 
     def test_insecure_group_writable_plugin(self):
         d = self.plugin_dir("c", ["tp_alpha"], [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so")],

@@ -1,7 +1,9 @@
 /* YAML run config: values and origins, every error class, CLI overrides, the validator. */
 #include "config/run_config.h"
+#include "lh_plugin.h"
 #include "runner.h"
 
+#include <math.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,7 +114,19 @@ static void test_defaults(void)
     CU_ASSERT_EQUAL(rc.quant.n_exclude, 0);
     CU_ASSERT_EQUAL(rc.dtype_origin.kind, LH_ORIGIN_DEFAULT);
     origin_is(&rc, rc.max_batch_size_origin, "default");
+    /* the keys for sparse attention, beam search, speculative decoding, mixed KV, RoPE fusion */
+    CU_ASSERT_FALSE(rc.sparse.enabled);
+    CU_ASSERT_EQUAL(rc.sparse.local_blocks, 1);
+    CU_ASSERT_EQUAL(rc.beam_width, 1);
+    CU_ASSERT_PTR_NULL(rc.speculative.mode);
+    CU_ASSERT_TRUE(rc.fused_rope);
+    CU_ASSERT_EQUAL(rc.fused_rope_origin.kind, LH_ORIGIN_DEFAULT);
+    CU_ASSERT_EQUAL(rc.kv_cache.memory_fraction, 0.0);
+    CU_ASSERT_EQUAL(rc.kv_cache.max_tokens, 0);
+    CU_ASSERT_FALSE(lh_kv_cache_mixed(&rc.kv_cache));
+    CU_ASSERT_FALSE(lh_kv_cache_mixed(NULL));
     CU_ASSERT_EQUAL(lh_run_config_validate(&rc, NULL), LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_validate_with(&rc, NULL, NULL), LH_OK);
 
     json_t *j = lh_run_config_to_json(&rc);
     CU_ASSERT_PTR_NOT_NULL(j);
@@ -128,6 +142,20 @@ static void test_defaults(void)
         CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(q, "scheme")), "none");
         CU_ASSERT_EQUAL(json_integer_value(json_object_get(q, "group_size")), 128);
         CU_ASSERT_EQUAL(json_array_size(json_object_get(q, "rules")), 0);
+        json_t *kv = json_object_get(j, "kv_cache");
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(kv, "k_dtype")), "auto");
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(kv, "v_dtype")), "auto");
+        CU_ASSERT_TRUE(json_is_null(json_object_get(kv, "memory_fraction")));
+        CU_ASSERT_EQUAL(json_integer_value(json_object_get(kv, "max_tokens")), 0);
+        CU_ASSERT_TRUE(json_is_false(json_object_get(kv, "mixed_precision")));
+        json_t *sp = json_object_get(j, "sparse_attention");
+        CU_ASSERT_TRUE(json_is_false(json_object_get(sp, "enabled")));
+        CU_ASSERT_TRUE(json_is_null(json_object_get(sp, "algorithm")));
+        CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(j, "beam_width"),
+                                                           "value")),
+                        1);
+        CU_ASSERT_TRUE(json_is_null(json_object_get(json_object_get(j, "speculative"), "mode")));
+        CU_ASSERT_TRUE(json_is_true(json_object_get(json_object_get(j, "fused_rope"), "value")));
         json_decref(j);
     }
     lh_run_config_free(&rc);
@@ -791,7 +819,8 @@ static void test_kv_cache(void)
     lh_run_config rc;
     lh_run_config_init(&rc);
     CU_ASSERT_EQUAL(rc.kv_cache.block_size, 16);
-    CU_ASSERT_EQUAL(rc.kv_cache.dtype, LH_DTYPE_INVALID); /* auto */
+    CU_ASSERT_EQUAL(rc.kv_cache.k_dtype, LH_DTYPE_INVALID); /* auto */
+    CU_ASSERT_EQUAL(rc.kv_cache.v_dtype, LH_DTYPE_INVALID);
     lh_err err = {0};
     CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
                                               "kv_cache:\n  block_size: 64\n  dtype: fp8\n"
@@ -799,13 +828,30 @@ static void test_kv_cache(void)
                                               "kv.yaml", &err),
                     LH_OK);
     CU_ASSERT_EQUAL(rc.kv_cache.block_size, 64);
-    CU_ASSERT_EQUAL(rc.kv_cache.dtype, LH_DTYPE_FP8_E4M3);
+    /* dtype sets both tensors */
+    CU_ASSERT_EQUAL(rc.kv_cache.k_dtype, LH_DTYPE_FP8_E4M3);
+    CU_ASSERT_EQUAL(rc.kv_cache.v_dtype, LH_DTYPE_FP8_E4M3);
+    CU_ASSERT_FALSE(lh_kv_cache_mixed(&rc.kv_cache));
+    origin_is(&rc, rc.kv_cache.k_dtype_origin, "kv.yaml:3:10");
+    origin_is(&rc, rc.kv_cache.v_dtype_origin, "kv.yaml:3:10");
+    origin_is(&rc, rc.kv_cache.block_size_origin, "kv.yaml:2:15");
+    origin_is(&rc, rc.kv_cache.layout_origin, "kv.yaml:4:11");
+    origin_is(&rc, rc.kv_cache.max_tokens_origin, "kv.yaml:5:15");
+    origin_is(&rc, rc.kv_cache.memory_fraction_origin, "default");
     CU_ASSERT_EQUAL(rc.kv_cache.layout, 1);
     CU_ASSERT_EQUAL(rc.kv_cache.max_tokens, 4096);
     origin_is(&rc, rc.kv_cache.origin, "kv.yaml:2:");
     json_t *j = lh_run_config_to_json(&rc);
     json_t *kv = json_object_get(j, "kv_cache");
-    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(kv, "dtype")), "fp8_e4m3");
+    CU_ASSERT_PTR_NULL(json_object_get(kv, "dtype")); /* replaced by k_dtype / v_dtype */
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(kv, "k_dtype")), "fp8_e4m3");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(kv, "v_dtype")), "fp8_e4m3");
+    CU_ASSERT_TRUE(json_is_false(json_object_get(kv, "mixed_precision")));
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(kv, "max_tokens")), 4096);
+    CU_ASSERT_TRUE(json_is_null(json_object_get(kv, "memory_fraction")));
+    CU_ASSERT_STRING_EQUAL(
+        json_string_value(json_object_get(json_object_get(kv, "origins"), "max_tokens")),
+        "kv.yaml:5:15");
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(kv, "layout")), "HND");
     json_decref(j);
     lh_run_config_free(&rc);
@@ -816,6 +862,758 @@ static void test_kv_cache(void)
     EXPECT_STR("kv_cache: 16\n", LH_E_CONFIG, "kv_cache");
 }
 
+
+/* ------------------------------------------------------------------------------------------ */
+/* sparse attention, beam search, speculative decoding, mixed-precision KV, RoPE fusion */
+
+static void test_new_keys_file(void)
+{
+    char p[PATH_MAX];
+    rc_path("new-keys.yaml", p, sizeof p);
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    lh_err err = {0};
+    lh_status st = lh_run_config_load_file(&rc, p, &err);
+    if (st)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, LH_OK);
+    const lh_kv_cache_config *kv = &rc.kv_cache;
+    /* k_dtype stands before dtype in the file and still wins for the keys */
+    CU_ASSERT_EQUAL(kv->k_dtype, LH_DTYPE_FP8_E4M3);
+    CU_ASSERT_EQUAL(kv->v_dtype, LH_DTYPE_BF16);
+    CU_ASSERT_TRUE(lh_kv_cache_mixed(kv));
+    CU_ASSERT_EQUAL(kv->k_dtype_origin.line, 3);
+    CU_ASSERT_EQUAL(kv->k_dtype_origin.column, 12);
+    CU_ASSERT_EQUAL(kv->v_dtype_origin.line, 4);
+    CU_ASSERT_EQUAL(kv->v_dtype_origin.column, 10);
+    CU_ASSERT_DOUBLE_EQUAL(kv->memory_fraction, 0.25, 1e-12);
+    CU_ASSERT_EQUAL(kv->memory_fraction_origin.kind, LH_ORIGIN_YAML);
+    CU_ASSERT_EQUAL(kv->memory_fraction_origin.line, 5);
+    CU_ASSERT_EQUAL(kv->memory_fraction_origin.column, 20);
+    CU_ASSERT_EQUAL(kv->block_size, 32);
+    CU_ASSERT_EQUAL(kv->block_size_origin.line, 6);
+    CU_ASSERT_EQUAL(kv->layout, 1);
+    CU_ASSERT_EQUAL(kv->layout_origin.line, 7);
+    CU_ASSERT_EQUAL(kv->max_tokens, 0);
+    CU_ASSERT_EQUAL(kv->max_tokens_origin.kind, LH_ORIGIN_DEFAULT);
+    CU_ASSERT_TRUE(rc.sparse.enabled);
+    CU_ASSERT_EQUAL(rc.sparse.top_k, 8);
+    CU_ASSERT_EQUAL(rc.sparse.local_blocks, 2);
+    CU_ASSERT_EQUAL(rc.sparse.origin.kind, LH_ORIGIN_YAML);
+    CU_ASSERT_EQUAL(rc.sparse.origin.line, 9);
+    CU_ASSERT_EQUAL(rc.sparse.origin.column, 3);
+    CU_ASSERT_EQUAL(rc.beam_width, 4);
+    CU_ASSERT_EQUAL(rc.beam_width_origin.line, 12);
+    CU_ASSERT_EQUAL(rc.beam_width_origin.column, 13);
+    CU_ASSERT_STRING_EQUAL(rc.speculative.mode, "eagle3");
+    CU_ASSERT_EQUAL(rc.speculative.num_tokens, 3);
+    CU_ASSERT_EQUAL(rc.speculative.origin.line, 14);
+    CU_ASSERT_FALSE(rc.fused_rope);
+    CU_ASSERT_EQUAL(rc.fused_rope_origin.line, 16);
+    CU_ASSERT_EQUAL(rc.fused_rope_origin.column, 13);
+
+    json_t *j = lh_run_config_to_json(&rc);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    json_t *jkv = json_object_get(j, "kv_cache");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(jkv, "k_dtype")), "fp8_e4m3");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(jkv, "v_dtype")), "bfloat16");
+    CU_ASSERT_TRUE(json_is_true(json_object_get(jkv, "mixed_precision")));
+    CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(jkv, "memory_fraction")), 0.25, 1e-12);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(jkv, "max_tokens")), 0);
+    json_t *origins = json_object_get(jkv, "origins");
+    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(origins, "k_dtype")),
+                                  "new-keys.yaml:3:12"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(origins, "v_dtype")),
+                                  "new-keys.yaml:4:10"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(origins, "memory_fraction")),
+                                  "new-keys.yaml:5:20"));
+    json_t *sp = json_object_get(j, "sparse_attention");
+    CU_ASSERT_TRUE(json_is_true(json_object_get(sp, "enabled")));
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(sp, "algorithm")), "topk_blocks");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(sp, "top_k")), 8);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(sp, "local_blocks")), 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(sp, "origin")), ":9:3"));
+    json_t *bw = json_object_get(j, "beam_width");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(bw, "value")), 4);
+    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(bw, "origin")), ":12:13"));
+    json_t *sd = json_object_get(j, "speculative");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(sd, "mode")), "eagle3");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(sd, "num_tokens")), 3);
+    json_t *fr = json_object_get(j, "fused_rope");
+    CU_ASSERT_TRUE(json_is_false(json_object_get(fr, "value")));
+    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(fr, "origin")), ":16:13"));
+    json_decref(j);
+
+    /* mixed-precision KV with sparse attention (the first conflict): both keys, both origins */
+    char want[2 * PATH_MAX + 64];
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_E_CONFIG);
+    CU_ASSERT_EQUAL(err.code, LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "kv_cache.k_dtype=fp8_e4m3 / v_dtype=bfloat16"));
+    snprintf(want, sizeof want, "k_dtype from %s:3:12, v_dtype from %s:4:10", p, p);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+    snprintf(want, sizeof want, "sparse_attention (from %s:9:3)", p);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+    /* one dtype by flag: no longer mixed, and every other value is fine */
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "kv_cache.dtype=bfloat16", NULL), LH_OK);
+    CU_ASSERT_FALSE(lh_kv_cache_mixed(&rc.kv_cache));
+    st = lh_run_config_validate(&rc, &err);
+    if (st)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_EQUAL(st, LH_OK);
+    lh_run_config_free(&rc);
+    CU_ASSERT_PTR_NULL(rc.speculative.mode);
+}
+
+static void test_kv_dtypes(void)
+{
+    /* specific keys win over dtype, in any order; auto resolves to float32 */
+    static const struct {
+        const char *yaml;
+        lh_dtype k, v;
+        bool mixed;
+    } cases[] = {
+        {"kv_cache: {dtype: float16}\n", LH_DTYPE_F16, LH_DTYPE_F16, false},
+        {"kv_cache: {dtype: float16, v_dtype: fp8}\n", LH_DTYPE_F16, LH_DTYPE_FP8_E4M3, true},
+        {"kv_cache: {v_dtype: fp8, dtype: float16}\n", LH_DTYPE_F16, LH_DTYPE_FP8_E4M3, true},
+        {"kv_cache: {k_dtype: bfloat16}\n", LH_DTYPE_BF16, LH_DTYPE_INVALID, true},
+        {"kv_cache: {k_dtype: float32}\n", LH_DTYPE_F32, LH_DTYPE_INVALID, false},
+        {"kv_cache: {k_dtype: auto, v_dtype: FLOAT32}\n", LH_DTYPE_INVALID, LH_DTYPE_F32, false},
+        {"kv_cache: {dtype: fp8, k_dtype: fp8, v_dtype: fp8}\n", LH_DTYPE_FP8_E4M3,
+         LH_DTYPE_FP8_E4M3, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lh_run_config rc;
+        lh_run_config_init(&rc);
+        lh_err err = {0};
+        CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, cases[i].yaml, "d.yaml", &err), LH_OK);
+        if (rc.kv_cache.k_dtype != cases[i].k || rc.kv_cache.v_dtype != cases[i].v)
+            fprintf(stderr, "\n  %s: k %d v %d\n", cases[i].yaml, (int)rc.kv_cache.k_dtype,
+                    (int)rc.kv_cache.v_dtype);
+        CU_ASSERT_EQUAL(rc.kv_cache.k_dtype, cases[i].k);
+        CU_ASSERT_EQUAL(rc.kv_cache.v_dtype, cases[i].v);
+        CU_ASSERT_EQUAL(lh_kv_cache_mixed(&rc.kv_cache), cases[i].mixed);
+        json_t *j = lh_run_config_to_json(&rc);
+        CU_ASSERT_EQUAL(json_is_true(json_object_get(json_object_get(j, "kv_cache"),
+                                                     "mixed_precision")),
+                        cases[i].mixed);
+        json_decref(j);
+        lh_run_config_free(&rc);
+    }
+    /* the origins follow the key that set each tensor */
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "kv_cache:\n  v_dtype: fp8\n  dtype: float16\n",
+                                              "o.yaml", NULL),
+                    LH_OK);
+    origin_is(&rc, rc.kv_cache.k_dtype_origin, "o.yaml:3:10");
+    origin_is(&rc, rc.kv_cache.v_dtype_origin, "o.yaml:2:12");
+    /* a later file with dtype alone sets both again */
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "kv_cache:\n  dtype: bfloat16\n", "p.yaml",
+                                              NULL),
+                    LH_OK);
+    CU_ASSERT_EQUAL(rc.kv_cache.k_dtype, LH_DTYPE_BF16);
+    CU_ASSERT_EQUAL(rc.kv_cache.v_dtype, LH_DTYPE_BF16);
+    origin_is(&rc, rc.kv_cache.v_dtype_origin, "p.yaml:2:10");
+    lh_run_config_free(&rc);
+}
+
+static void test_new_key_errors(void)
+{
+    EXPECT_FILE("kv-memory-fraction-zero.yaml", LH_E_CONFIG,
+                "kv-memory-fraction-zero.yaml:2:20: kv_cache.memory_fraction:",
+                "0 must be in (0, 1]");
+    EXPECT_FILE("kv-memory-fraction-big.yaml", LH_E_CONFIG,
+                "kv-memory-fraction-big.yaml:2:20: kv_cache.memory_fraction:",
+                "1.5 must be in (0, 1]");
+    EXPECT_FILE("kv-bad-v-dtype.yaml", LH_E_CONFIG, "kv-bad-v-dtype.yaml:3:12: kv_cache.v_dtype:",
+                "'int8' is not one of auto, float32, bfloat16, float16, fp8");
+    EXPECT_STR("kv_cache:\n  k_dtype: [fp8]\n", LH_E_CONFIG, "inline.yaml:2:12: kv_cache.k_dtype:",
+               "got a sequence");
+    EXPECT_STR("kv_cache:\n  memory_fraction: -0.5\n", LH_E_CONFIG,
+               ":2:20: kv_cache.memory_fraction:", "-0.5 must be in (0, 1]");
+    EXPECT_STR("kv_cache:\n  memory_fraction: half\n", LH_E_CONFIG,
+               ":2:20: kv_cache.memory_fraction:", "'half' is not a decimal number");
+    EXPECT_STR("kv_cache:\n  memory_fraction: .nan\n", LH_E_CONFIG,
+               ":2:20: kv_cache.memory_fraction:", "not a decimal number");
+    EXPECT_STR("kv_cache:\n  memory_fraction: inf\n", LH_E_CONFIG, "not a decimal number");
+    EXPECT_STR("kv_cache:\n  memory_fraction: 0x1p-1\n", LH_E_CONFIG, "not a decimal number");
+    EXPECT_STR("kv_cache:\n  memory_fraction: 0.5.5\n", LH_E_CONFIG, "'0.5.5' is not a decimal");
+    EXPECT_STR("kv_cache:\n  memory_fraction: 1e-400\n", LH_E_CONFIG, "1e-400 must be in (0, 1]");
+    EXPECT_STR("kv_cache:\n  memory_fraction: 1e999\n", LH_E_CONFIG, "1e999 must be in (0, 1]");
+    /* the accepted spellings */
+    static const struct {
+        const char *v;
+        double want;
+    } fr[] = {{"1", 1.0}, {"1.0", 1.0}, {".5", 0.5}, {"5e-1", 0.5}, {"+0.75", 0.75},
+              {"0.0001", 0.0001}};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) {
+        char y[96];
+        snprintf(y, sizeof y, "kv_cache:\n  memory_fraction: %s\n", fr[i].v);
+        lh_run_config r;
+        lh_run_config_init(&r);
+        CU_ASSERT_EQUAL(lh_run_config_load_string(&r, y, NULL, NULL), LH_OK);
+        CU_ASSERT_DOUBLE_EQUAL(r.kv_cache.memory_fraction, fr[i].want, 1e-12);
+        lh_run_config_free(&r);
+    }
+    EXPECT_STR("kv_cache:\n  memory_fraction: \"0.5\"\n", LH_E_CONFIG,
+               ":2:20: kv_cache.memory_fraction:", "expected a number in (0, 1]",
+               "quoted string \"0.5\"");
+    EXPECT_STR("kv_cache:\n  memory_fraction:\n", LH_E_CONFIG, "kv_cache.memory_fraction:",
+               "no value");
+    EXPECT_STR("kv_cache:\n  memory_fracton: 0.5\n", LH_E_CONFIG,
+               ":2:3: unknown key 'memory_fracton' in kv_cache",
+               "did you mean 'memory_fraction'?",
+               "known keys: block_size, dtype, k_dtype, v_dtype, layout, max_tokens, "
+               "memory_fraction");
+    EXPECT_STR("kv_cache:\n  k_dtyp: fp8\n", LH_E_CONFIG, "did you mean 'k_dtype'?");
+
+    EXPECT_FILE("sparse-bad-algorithm.yaml", LH_E_CONFIG,
+                "sparse-bad-algorithm.yaml:2:14: sparse_attention.algorithm:",
+                "'quest' is not one of topk_blocks");
+    EXPECT_FILE("sparse-unknown-key.yaml", LH_E_CONFIG,
+                "sparse-unknown-key.yaml:3:3: unknown key 'topk' in sparse_attention",
+                "did you mean 'top_k'?", "known keys: algorithm, top_k, local_blocks");
+    EXPECT_FILE("sparse-top-k-zero.yaml", LH_E_CONFIG,
+                "sparse-top-k-zero.yaml:3:10: sparse_attention.top_k:", "0 must be > 0");
+    EXPECT_STR("sparse_attention: {algorithm: topk_blocks, top_k: 2, local_blocks: -1}\n",
+               LH_E_CONFIG, "inline.yaml:1:68: sparse_attention.local_blocks:", "-1 must be > 0");
+    EXPECT_STR("sparse_attention: {algorithm: topk_blocks, top_k: four}\n", LH_E_CONFIG,
+               ":1:51: sparse_attention.top_k:", "'four' is not a decimal integer");
+    EXPECT_STR("sparse_attention:\n  top_k: 4\n", LH_E_CONFIG, "inline.yaml:2:3: sparse_attention:",
+               "missing required key 'algorithm'", "topk_blocks");
+    EXPECT_STR("sparse_attention:\n  algorithm: topk_blocks\n", LH_E_CONFIG,
+               "inline.yaml:2:3: sparse_attention:", "missing required key 'top_k'");
+    EXPECT_STR("sparse_attention: topk_blocks\n", LH_E_CONFIG,
+               "inline.yaml:1:19: sparse_attention:",
+               "expected a mapping", "'topk_blocks'");
+    EXPECT_STR("sparse_attention: {algorithm: [topk_blocks], top_k: 1}\n", LH_E_CONFIG,
+               "sparse_attention.algorithm:", "got a sequence");
+    EXPECT_STR("sparse_atention: {}\n", LH_E_CONFIG, "did you mean 'sparse_attention'?");
+
+    EXPECT_FILE("speculative-empty-mode.yaml", LH_E_CONFIG,
+                "speculative-empty-mode.yaml:2:9: speculative.mode:", "an empty string");
+    EXPECT_FILE("speculative-unknown-key.yaml", LH_E_CONFIG,
+                "speculative-unknown-key.yaml:3:3: unknown key 'num_token' in speculative",
+                "did you mean 'num_tokens'?", "known keys: mode, num_tokens");
+    EXPECT_STR("speculative:\n  mode:\n  num_tokens: 2\n", LH_E_CONFIG, ":2:8: speculative.mode:",
+               "no value");
+    EXPECT_STR("speculative:\n  mode: mtp\n  num_tokens: 0\n", LH_E_CONFIG,
+               "inline.yaml:3:15: speculative.num_tokens:", "0 must be > 0");
+    EXPECT_STR("speculative:\n  mode: mtp\n  num_tokens: 1.5\n", LH_E_CONFIG,
+               ":3:15: speculative.num_tokens:", "'1.5' is not a decimal integer");
+    EXPECT_STR("speculative:\n  num_tokens: 2\n", LH_E_CONFIG, "inline.yaml:2:3: speculative:",
+               "missing required key 'mode'");
+    EXPECT_STR("speculative:\n  mode: eagle3\n", LH_E_CONFIG, "inline.yaml:2:3: speculative:",
+               "missing required key 'num_tokens'");
+    EXPECT_STR("speculative: [eagle3]\n", LH_E_CONFIG, ":1:14: speculative:",
+               "expected a mapping", "got a sequence");
+    EXPECT_STR("speculativ:\n  mode: mtp\n", LH_E_CONFIG, "did you mean 'speculative'?");
+
+    EXPECT_FILE("beam-width-zero.yaml", LH_E_CONFIG, "beam-width-zero.yaml:1:13: beam_width:",
+                "0 must be > 0");
+    EXPECT_STR("beam_width: \"2\"\n", LH_E_CONFIG, ":1:13: beam_width:",
+               "expected a positive integer", "quoted string");
+    EXPECT_STR("beam_width: {n: 2}\n", LH_E_CONFIG, ":1:13: beam_width:", "got a mapping");
+    EXPECT_STR("beam_widht: 2\n", LH_E_CONFIG, "did you mean 'beam_width'?");
+    EXPECT_FILE("fused-rope-bad.yaml", LH_E_CONFIG, "fused-rope-bad.yaml:1:13: fused_rope:",
+                "'sometimes' is not a boolean");
+    EXPECT_STR("fused_rope: 1\n", LH_E_CONFIG, ":1:13: fused_rope:", "not a boolean");
+    EXPECT_STR("fused_rop: true\n", LH_E_CONFIG, "did you mean 'fused_rope'?");
+    /* the root key list names the new keys */
+    EXPECT_STR("nothing_like_it: 1\n", LH_E_CONFIG, "kv_cache, sparse_attention, beam_width, "
+                                                    "speculative, fused_rope");
+
+    /* null sections are empty; sections are committed whole: a failed one leaves what was */
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "sparse_attention:\nspeculative: ~\n", NULL,
+                                              NULL),
+                    LH_OK);
+    CU_ASSERT_FALSE(rc.sparse.enabled);
+    CU_ASSERT_PTR_NULL(rc.speculative.mode);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "sparse_attention: {algorithm: topk_blocks, "
+                                              "top_k: 3}\n"
+                                              "speculative: {mode: mtp, num_tokens: 2}\n"
+                                              "kv_cache: {dtype: float16}\n",
+                                              NULL, NULL),
+                    LH_OK);
+    CU_ASSERT_EQUAL(rc.sparse.local_blocks, 1); /* default */
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "sparse_attention: {algorithm: topk_blocks, "
+                                              "top_k: 5, local_blocks: 0}\n",
+                                              NULL, NULL),
+                    LH_E_CONFIG);
+    CU_ASSERT_TRUE(rc.sparse.enabled);
+    CU_ASSERT_EQUAL(rc.sparse.top_k, 3);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "speculative: {mode: eagle3, num_tokens: 0}\n",
+                                              NULL, NULL),
+                    LH_E_CONFIG);
+    CU_ASSERT_STRING_EQUAL(rc.speculative.mode, "mtp");
+    CU_ASSERT_EQUAL(rc.speculative.num_tokens, 2);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "kv_cache: {block_size: 8, v_dtype: fp8, "
+                                              "memory_fraction: 2}\n",
+                                              NULL, NULL),
+                    LH_E_CONFIG);
+    CU_ASSERT_EQUAL(rc.kv_cache.block_size, 16);
+    CU_ASSERT_EQUAL(rc.kv_cache.v_dtype, LH_DTYPE_F16);
+    CU_ASSERT_EQUAL(rc.kv_cache.memory_fraction, 0.0);
+    /* a later speculative section replaces the mode (checked for leaks under ASan) */
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "speculative: {mode: draft_model, "
+                                                   "num_tokens: 4}\n",
+                                              NULL, NULL),
+                    LH_OK);
+    CU_ASSERT_STRING_EQUAL(rc.speculative.mode, "draft_model");
+    lh_run_config_free(&rc);
+}
+
+static void test_set_new_keys(void)
+{
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "beam_width: 3\nfused_rope: true\n"
+                                              "kv_cache: {dtype: fp8, max_tokens: 100}\n",
+                                              "y.yaml", NULL),
+                    LH_OK);
+    origin_is(&rc, rc.beam_width_origin, "y.yaml:1:13");
+    EXPECT_SET(&rc, "beam-width=2", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.beam_width, 2);
+    CU_ASSERT_EQUAL(rc.beam_width_origin.kind, LH_ORIGIN_FLAG);
+    EXPECT_SET(&rc, "fused_rope=false", LH_OK, NULL);
+    CU_ASSERT_FALSE(rc.fused_rope);
+    CU_ASSERT_EQUAL(rc.fused_rope_origin.kind, LH_ORIGIN_FLAG);
+    EXPECT_SET(&rc, "fused-rope=1", LH_OK, NULL);
+    CU_ASSERT_TRUE(rc.fused_rope);
+    /* kv_cache.dtype sets both; the specific flags one each */
+    EXPECT_SET(&rc, "kv_cache.v_dtype=bfloat16", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.kv_cache.k_dtype, LH_DTYPE_FP8_E4M3);
+    CU_ASSERT_EQUAL(rc.kv_cache.v_dtype, LH_DTYPE_BF16);
+    origin_is(&rc, rc.kv_cache.k_dtype_origin, "y.yaml:3:19");
+    origin_is(&rc, rc.kv_cache.v_dtype_origin, "flag");
+    CU_ASSERT_TRUE(lh_kv_cache_mixed(&rc.kv_cache));
+    EXPECT_SET(&rc, "kv-cache.k-dtype=float16", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.kv_cache.k_dtype, LH_DTYPE_F16);
+    CU_ASSERT_EQUAL(rc.kv_cache.k_dtype_origin.kind, LH_ORIGIN_FLAG);
+    EXPECT_SET(&rc, "kv_cache.dtype=auto", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.kv_cache.k_dtype, LH_DTYPE_INVALID);
+    CU_ASSERT_EQUAL(rc.kv_cache.v_dtype, LH_DTYPE_INVALID);
+    CU_ASSERT_FALSE(lh_kv_cache_mixed(&rc.kv_cache));
+    EXPECT_SET(&rc, "kv_cache.dtype=FP8", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.kv_cache.v_dtype, LH_DTYPE_FP8_E4M3);
+    EXPECT_SET(&rc, "kv_cache.block_size=64", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.kv_cache.block_size, 64);
+    CU_ASSERT_EQUAL(rc.kv_cache.block_size_origin.kind, LH_ORIGIN_FLAG);
+    EXPECT_SET(&rc, "kv_cache.layout=hnd", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.kv_cache.layout, 1);
+    CU_ASSERT_EQUAL(rc.kv_cache.layout_origin.kind, LH_ORIGIN_FLAG);
+    CU_ASSERT_EQUAL(rc.kv_cache.origin.kind, LH_ORIGIN_FLAG);
+    EXPECT_SET(&rc, "kv_cache.max_tokens=2048", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.kv_cache.max_tokens, 2048);
+    CU_ASSERT_EQUAL(rc.kv_cache.max_tokens_origin.kind, LH_ORIGIN_FLAG);
+    /* a fraction by flag over a YAML/flag max_tokens: the validator refuses both... */
+    EXPECT_SET(&rc, "kv_cache.memory_fraction=0.5", LH_OK, NULL);
+    CU_ASSERT_DOUBLE_EQUAL(rc.kv_cache.memory_fraction, 0.5, 1e-12);
+    CU_ASSERT_EQUAL(rc.kv_cache.memory_fraction_origin.kind, LH_ORIGIN_FLAG);
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, NULL), LH_E_CONFIG);
+    /* ...until the other is unset with auto */
+    EXPECT_SET(&rc, "kv_cache.max_tokens=auto", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.kv_cache.max_tokens, 0);
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, NULL), LH_OK);
+    EXPECT_SET(&rc, "kv_cache.memory_fraction=1", LH_OK, NULL);
+    CU_ASSERT_DOUBLE_EQUAL(rc.kv_cache.memory_fraction, 1.0, 1e-12);
+    EXPECT_SET(&rc, "kv_cache.memory_fraction=auto", LH_OK, NULL);
+    CU_ASSERT_EQUAL(rc.kv_cache.memory_fraction, 0.0);
+    json_t *j = lh_run_config_to_json(&rc);
+    json_t *kv = json_object_get(j, "kv_cache");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(kv, "origin")), "flag");
+    CU_ASSERT_STRING_EQUAL(
+        json_string_value(json_object_get(json_object_get(kv, "origins"), "layout")), "flag");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(j, "beam_width"),
+                                                             "origin")),
+                           "flag");
+    json_decref(j);
+
+    /* errors: the flag named, the accepted values, nothing changed */
+    lh_run_config before = rc;
+    EXPECT_SET(&rc, "beam_width=0", LH_E_USAGE, "--beam_width: 0 must be > 0");
+    EXPECT_SET(&rc, "beam_width=two", LH_E_USAGE, "--beam_width: 'two' is not a decimal integer");
+    EXPECT_SET(&rc, "fused_rope=maybe", LH_E_USAGE, "--fused_rope: 'maybe' is not a boolean");
+    EXPECT_SET(&rc, "kv_cache.dtype=int8", LH_E_USAGE,
+               "--kv_cache.dtype: 'int8' is not one of auto, float32, bfloat16, float16, fp8");
+    EXPECT_SET(&rc, "kv-cache.v-dtype=fp4", LH_E_USAGE, "--kv-cache.v-dtype: 'fp4' is not one of");
+    EXPECT_SET(&rc, "kv_cache.k_dtype=", LH_E_USAGE, "--kv_cache.k_dtype: no value");
+    EXPECT_SET(&rc, "kv_cache.layout=NDH", LH_E_USAGE, "--kv_cache.layout: 'NDH' is not one of "
+                                                       "NHD, HND");
+    EXPECT_SET(&rc, "kv_cache.block_size=0", LH_E_USAGE, "--kv_cache.block_size: 0 must be > 0");
+    EXPECT_SET(&rc, "kv_cache.max_tokens=-5", LH_E_USAGE, "--kv_cache.max_tokens: -5 must be > 0",
+               "auto");
+    EXPECT_SET(&rc, "kv_cache.memory_fraction=0", LH_E_USAGE,
+               "--kv_cache.memory_fraction: 0 must be in (0, 1]");
+    EXPECT_SET(&rc, "kv_cache.memory_fraction=1.5", LH_E_USAGE,
+               "--kv_cache.memory_fraction: 1.5 must be in (0, 1]");
+    EXPECT_SET(&rc, "kv_cache.memory_fraction=nan", LH_E_USAGE,
+               "--kv_cache.memory_fraction: 'nan' is not a decimal number");
+    EXPECT_SET(&rc, "kv_cache.memory_fraction=0.5x", LH_E_USAGE, "not a decimal number");
+    EXPECT_SET(&rc, "kv_cache.memory_fration=0.5", LH_E_USAGE,
+               "unknown run-config key 'kv_cache.memory_fration'",
+               "did you mean 'kv_cache.memory_fraction'?");
+    EXPECT_SET(&rc, "kv_cache.v_dtyp=fp8", LH_E_USAGE, "did you mean 'kv_cache.v_dtype'?");
+    EXPECT_SET(&rc, "beam=2", LH_E_USAGE, "unknown run-config key 'beam'", "beam_width",
+               "kv_cache.layout");
+    CU_ASSERT_EQUAL(memcmp(&before.kv_cache, &rc.kv_cache, sizeof rc.kv_cache), 0);
+    CU_ASSERT_EQUAL(rc.beam_width, before.beam_width);
+    CU_ASSERT_EQUAL(rc.fused_rope, before.fused_rope);
+    lh_run_config_free(&rc);
+}
+
+/* Expects lh_run_config_validate_with to give `code` with the substrings. */
+static void expect_validate(const lh_run_config *rc, const lh_validation_facts *facts,
+                            lh_status code, const char *const *subs, const char *what)
+{
+    lh_err err = {0};
+    lh_status st = lh_run_config_validate_with(rc, facts, &err);
+    if (st != code)
+        fprintf(stderr, "\n  %s: status %d, message: %s\n", what, (int)st, err.msg);
+    CU_ASSERT_EQUAL(st, code);
+    CU_ASSERT_EQUAL(err.code, code);
+    check_msg(&err, subs, what);
+}
+
+#define EXPECT_VALIDATE(rc, facts, code, ...)                                                  \
+    do {                                                                                       \
+        const char *const subs_[] = {__VA_ARGS__, NULL};                                       \
+        expect_validate((rc), (facts), (code), subs_, #rc " " #code);                          \
+    } while (0)
+
+static void load_fixture(lh_run_config *rc, const char *name, char *path, size_t n)
+{
+    lh_run_config_init(rc);
+    lh_err err = {0};
+    lh_status st = lh_run_config_load_file(rc, rc_path(name, path, n), &err);
+    if (st)
+        fprintf(stderr, "\n  %s: %s\n", name, err.msg);
+    CU_ASSERT_EQUAL(st, LH_OK);
+}
+
+static void test_validate_new_rules(void)
+{
+    char p[PATH_MAX], want[2 * PATH_MAX + 96];
+    lh_run_config rc;
+
+    /* memory_fraction and max_tokens both given: both keys with their origins */
+    load_fixture(&rc, "kv-memory-fraction-max-tokens.yaml", p, sizeof p);
+    snprintf(want, sizeof want, "kv_cache.max_tokens=4096 (from %s:3:15)", p);
+    char want2[2 * PATH_MAX + 96];
+    snprintf(want2, sizeof want2, "kv_cache.memory_fraction=0.5 (from %s:4:20)", p);
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, want, want2, "mutually exclusive");
+    /* one from YAML, the other by flag */
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "kv_cache.memory_fraction=0.125", NULL), LH_OK);
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, want,
+                    "kv_cache.memory_fraction=0.125 (from flag)");
+    rc.kv_cache.max_tokens = 0;
+    EXPECT_VALIDATE(&rc, NULL, LH_OK, NULL);
+    lh_run_config_free(&rc);
+
+    /* mixed-precision KV with sparse attention, beam search, speculative decoding */
+    load_fixture(&rc, "kv-mixed-sparse.yaml", p, sizeof p);
+    snprintf(want, sizeof want, "k_dtype from %s:2:12, v_dtype from %s:3:12", p, p);
+    snprintf(want2, sizeof want2, "cannot be combined with sparse_attention (from %s:4:19)", p);
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG,
+                    "kv_cache.k_dtype=fp8_e4m3 / v_dtype=bfloat16 (mixed-precision KV", want,
+                    want2, "dense attention only", "kv_cache.dtype");
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "kv_cache.v_dtype=fp8", NULL), LH_OK);
+    EXPECT_VALIDATE(&rc, NULL, LH_OK, NULL);
+    lh_run_config_free(&rc);
+
+    load_fixture(&rc, "kv-mixed-beam.yaml", p, sizeof p);
+    snprintf(want2, sizeof want2, "cannot be combined with beam_width=2 (from %s:4:13)", p);
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "kv_cache.k_dtype=fp8_e4m3 / v_dtype=bfloat16", want2,
+                    "single beam");
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "beam_width=1", NULL), LH_OK);
+    EXPECT_VALIDATE(&rc, NULL, LH_OK, NULL);
+    lh_run_config_free(&rc);
+
+    load_fixture(&rc, "kv-mixed-speculative.yaml", p, sizeof p);
+    snprintf(want2, sizeof want2, "cannot be combined with speculative.mode=mtp (from %s:5:3)",
+             p);
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "kv_cache.k_dtype=fp8_e4m3 / v_dtype=bfloat16", want2,
+                    "speculative decoding");
+    /* dtype by flag: both tensors from the same place, said once */
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "kv_cache.k_dtype=float16", NULL), LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "kv_cache.v_dtype=auto", NULL), LH_OK);
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG,
+                    "kv_cache.k_dtype=float16 / v_dtype=auto (mixed-precision KV, from flag)");
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "kv_cache.k_dtype=float32", NULL), LH_OK);
+    EXPECT_VALIDATE(&rc, NULL, LH_OK, NULL); /* auto is float32: not mixed */
+    lh_run_config_free(&rc);
+
+    /* one dtype goes with all three */
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "kv_cache: {dtype: fp8}\nbeam_width: 4\n"
+                                              "sparse_attention: {algorithm: topk_blocks, "
+                                              "top_k: 2}\n"
+                                              "speculative: {mode: eagle3, num_tokens: 2}\n",
+                                              "all.yaml", NULL),
+                    LH_OK);
+    EXPECT_VALIDATE(&rc, NULL, LH_OK, NULL);
+    lh_run_config_free(&rc);
+
+    /* impossible values set through the API */
+    lh_run_config_init(&rc);
+    rc.beam_width = 0;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "beam_width=0 (from default) must be >= 1");
+    rc.beam_width = 1;
+    rc.sparse.enabled = true;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "sparse_attention.top_k=0 (from default)");
+    rc.sparse.top_k = 4;
+    rc.sparse.local_blocks = 0;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "sparse_attention.local_blocks=0");
+    rc.sparse.local_blocks = 1;
+    EXPECT_VALIDATE(&rc, NULL, LH_OK, NULL);
+    char empty[] = "";
+    rc.speculative.mode = empty;
+    rc.speculative.num_tokens = 1;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "speculative.mode (from default) is empty");
+    char mode[] = "mtp";
+    rc.speculative.mode = mode;
+    rc.speculative.num_tokens = 0;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "speculative.num_tokens=0");
+    rc.speculative.mode = NULL;
+    rc.kv_cache.memory_fraction = 1.5;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "kv_cache.memory_fraction=1.5 (from default) must "
+                                            "be in (0, 1]");
+    rc.kv_cache.memory_fraction = NAN;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "kv_cache.memory_fraction=nan");
+    rc.kv_cache.memory_fraction = -0.25;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "kv_cache.memory_fraction=-0.25");
+    rc.kv_cache.memory_fraction = 1.0;
+    EXPECT_VALIDATE(&rc, NULL, LH_OK, NULL);
+    rc.kv_cache.max_tokens = -1;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "kv_cache.max_tokens=-1");
+    rc.kv_cache.max_tokens = 0;
+    rc.kv_cache.v_dtype = LH_DTYPE_INT8;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "kv_cache.v_dtype=int8 (from default) is not a KV "
+                                            "cache dtype");
+    rc.kv_cache.v_dtype = LH_DTYPE_INVALID;
+    rc.kv_cache.k_dtype = (lh_dtype)99;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "kv_cache.k_dtype=invalid");
+    rc.kv_cache.k_dtype = LH_DTYPE_INVALID;
+    rc.kv_cache.layout = 2;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "kv_cache.layout=2");
+    rc.kv_cache.layout = 0;
+    rc.kv_cache.block_size = 0;
+    EXPECT_VALIDATE(&rc, NULL, LH_E_CONFIG, "kv_cache.block_size=0");
+    rc.kv_cache.block_size = 16;
+    EXPECT_VALIDATE(&rc, NULL, LH_OK, NULL);
+    lh_run_config_free(&rc);
+}
+
+/* The entry for `cap`; a missing one fails the test (and points at a blank entry). */
+static const lh_attn_need *find_need(const lh_attn_need *needs, size_t n, const char *cap)
+{
+    static const lh_attn_need missing = {.capability = "missing"};
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(needs[i].capability, cap) == 0)
+            return &needs[i];
+    fprintf(stderr, "\n  no attention need '%s'\n", cap);
+    CU_FAIL("attention need missing");
+    return &missing;
+}
+
+static lh_model_geometry test_geometry(void)
+{
+    lh_model_geometry g;
+    memset(&g, 0, sizeof g);
+    g.struct_size = sizeof g;
+    g.architecture = "TestForCausalLM";
+    g.hidden_size = 64;
+    g.num_hidden_layers = 2;
+    g.num_attention_heads = 4;
+    g.num_key_value_heads = 2;
+    g.head_dim = 16;
+    return g;
+}
+
+static void test_attn_needs(void)
+{
+    static const struct {
+        const char *cap;
+        uint64_t bit;
+    } order[] = {{"sliding_window", LH_ATTN_CAP_SLIDING_WINDOW}, {"chunked", LH_ATTN_CAP_CHUNKED},
+                 {"mla", LH_ATTN_CAP_MLA},       {"fp8_kv", LH_ATTN_CAP_FP8_KV},
+                 {"sparse", LH_ATTN_CAP_SPARSE}, {"mixed_kv", LH_ATTN_CAP_MIXED_KV}};
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    lh_attn_need needs[LH_ATTN_MAX_NEEDS];
+    memset(needs, 0x5a, sizeof needs);
+    size_t n = lh_attn_needs(&rc, NULL, NULL, needs);
+    CU_ASSERT_EQUAL_FATAL(n, sizeof order / sizeof order[0]);
+    for (size_t i = 0; i < n; i++) {
+        CU_ASSERT_STRING_EQUAL(needs[i].capability, order[i].cap);
+        CU_ASSERT_EQUAL(needs[i].bit, order[i].bit);
+        CU_ASSERT_FALSE(needs[i].needed);
+        CU_ASSERT_STRING_EQUAL(needs[i].because, "");
+    }
+    CU_ASSERT_EQUAL(lh_attn_needs(NULL, NULL, NULL, needs), 0);
+
+    /* a geometry with nothing special needs nothing either */
+    lh_model_geometry g = test_geometry();
+    n = lh_attn_needs(&rc, &g, "/m/config.json", needs);
+    for (size_t i = 0; i < n; i++)
+        CU_ASSERT_FALSE(needs[i].needed);
+
+    /* the model's needs, named with the config.json they come from */
+    g.sliding_window = 4096;
+    g.attention_chunk_size = 8192;
+    g.has_mla = true;
+    g.kv_lora_rank = 512;
+    n = lh_attn_needs(&rc, &g, "/models/m/config.json", needs);
+    const lh_attn_need *x = find_need(needs, n, "sliding_window");
+    CU_ASSERT_TRUE(x->needed);
+    CU_ASSERT_STRING_EQUAL(x->because, "sliding_window=4096 in /models/m/config.json");
+    x = find_need(needs, n, "chunked");
+    CU_ASSERT_TRUE(x->needed);
+    CU_ASSERT_STRING_EQUAL(x->because, "attention_chunk_size=8192 in /models/m/config.json");
+    x = find_need(needs, n, "mla");
+    CU_ASSERT_TRUE(x->needed);
+    CU_ASSERT_PTR_NOT_NULL(strstr(x->because, "kv_lora_rank=512 in /models/m/config.json"));
+    CU_ASSERT_FALSE(find_need(needs, n, "fp8_kv")->needed);
+    CU_ASSERT_FALSE(find_need(needs, n, "sparse")->needed);
+    CU_ASSERT_FALSE(find_need(needs, n, "mixed_kv")->needed);
+    /* without a path the text still says where */
+    lh_attn_needs(&rc, &g, NULL, needs);
+    CU_ASSERT_STRING_EQUAL(needs[0].because, "sliding_window=4096 in the model's config.json");
+    /* a long path is cut, visibly */
+    char longpath[400];
+    memset(longpath, 'a', sizeof longpath - 1);
+    longpath[0] = '/';
+    longpath[sizeof longpath - 1] = '\0';
+    lh_attn_needs(&rc, &g, longpath, needs);
+    CU_ASSERT_EQUAL(strlen(needs[0].because), sizeof needs[0].because - 1);
+    CU_ASSERT_STRING_EQUAL(needs[0].because + sizeof needs[0].because - 4, "...");
+    CU_ASSERT_PTR_NOT_NULL(strstr(needs[0].because, "sliding_window=4096 in /aaa"));
+
+    /* the run config's needs, named with their origins */
+    g = test_geometry();
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "kv_cache:\n  k_dtype: fp8\n"
+                                              "sparse_attention: {algorithm: topk_blocks, "
+                                              "top_k: 6}\n",
+                                              "n.yaml", NULL),
+                    LH_OK);
+    n = lh_attn_needs(&rc, &g, "/m/config.json", needs);
+    CU_ASSERT_FALSE(find_need(needs, n, "sliding_window")->needed);
+    x = find_need(needs, n, "fp8_kv");
+    CU_ASSERT_TRUE(x->needed);
+    CU_ASSERT_STRING_EQUAL(x->because, "kv_cache.k_dtype=fp8_e4m3 (from n.yaml:2:12)");
+    x = find_need(needs, n, "sparse");
+    CU_ASSERT_TRUE(x->needed);
+    CU_ASSERT_STRING_EQUAL(x->because, "sparse_attention=topk_blocks, top_k=6 (from n.yaml:3:19)");
+    x = find_need(needs, n, "mixed_kv");
+    CU_ASSERT_TRUE(x->needed);
+    CU_ASSERT_STRING_EQUAL(x->because, "kv_cache.k_dtype=fp8_e4m3 / v_dtype=auto (k_dtype from "
+                                       "n.yaml:2:12, v_dtype from default)");
+    /* the run config's needs hold without a model too */
+    n = lh_attn_needs(&rc, NULL, NULL, needs);
+    CU_ASSERT_TRUE(find_need(needs, n, "fp8_kv")->needed);
+    CU_ASSERT_TRUE(find_need(needs, n, "mixed_kv")->needed);
+    /* values only: fp8 there, not mixed */
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "kv_cache.v_dtype=fp8", NULL), LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "kv_cache.k_dtype=float32", NULL), LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "kv_cache.v_dtype=fp8", NULL), LH_OK);
+    n = lh_attn_needs(&rc, NULL, NULL, needs);
+    CU_ASSERT_STRING_EQUAL(find_need(needs, n, "fp8_kv")->because,
+                           "kv_cache.v_dtype=fp8_e4m3 (from flag)");
+    CU_ASSERT_TRUE(find_need(needs, n, "mixed_kv")->needed);
+    /* both fp8 */
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "kv_cache.dtype=fp8", NULL), LH_OK);
+    n = lh_attn_needs(&rc, NULL, NULL, needs);
+    CU_ASSERT_STRING_EQUAL(find_need(needs, n, "fp8_kv")->because,
+                           "kv_cache.k_dtype/v_dtype=fp8_e4m3 (from flag)");
+    CU_ASSERT_FALSE(find_need(needs, n, "mixed_kv")->needed);
+    CU_ASSERT_STRING_EQUAL(find_need(needs, n, "mixed_kv")->because, "");
+    lh_run_config_free(&rc);
+}
+
+static void test_validate_with_caps(void)
+{
+    const uint64_t all = LH_ATTN_CAP_SLIDING_WINDOW | LH_ATTN_CAP_CHUNKED | LH_ATTN_CAP_MLA |
+                         LH_ATTN_CAP_FP8_KV | LH_ATTN_CAP_SPARSE | LH_ATTN_CAP_MIXED_KV;
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    /* everything needed at once: no conflict among rc-only rules (one beam, no speculation) */
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "kv_cache:\n  dtype: bfloat16\n  k_dtype: fp8\n",
+                                              "w.yaml", NULL),
+                    LH_OK);
+    lh_model_geometry g = test_geometry();
+    g.sliding_window = 128;
+    g.attention_chunk_size = 256;
+    g.has_mla = true;
+    g.kv_lora_rank = 32;
+    lh_validation_facts f = {.attn_backend = "paged", .attn_caps = all, .geo = &g,
+                             .model_path = "/m/config.json"};
+    EXPECT_VALIDATE(&rc, &f, LH_OK, NULL);
+
+    static const struct {
+        uint64_t bit;
+        const char *cap, *because;
+    } each[] = {
+        {LH_ATTN_CAP_SLIDING_WINDOW, "sliding_window", "(because sliding_window=128 in "
+                                                       "/m/config.json)"},
+        {LH_ATTN_CAP_CHUNKED, "chunked", "(because attention_chunk_size=256 in /m/config.json)"},
+        {LH_ATTN_CAP_MLA, "mla", "(because kv_lora_rank=32 in /m/config.json"},
+        {LH_ATTN_CAP_FP8_KV, "fp8_kv", "(because kv_cache.k_dtype=fp8_e4m3 (from w.yaml:3:12))"},
+        {LH_ATTN_CAP_MIXED_KV, "mixed_kv", "(because kv_cache.k_dtype=fp8_e4m3 / "
+                                           "v_dtype=bfloat16 (k_dtype from w.yaml:3:12, v_dtype "
+                                           "from w.yaml:2:10))"},
+    };
+    for (size_t i = 0; i < sizeof each / sizeof each[0]; i++) {
+        char head[160];
+        snprintf(head, sizeof head, "attention backend 'paged' does not support %s, which this "
+                                    "run needs (because",
+                 each[i].cap);
+        f.attn_caps = all & ~each[i].bit;
+        EXPECT_VALIDATE(&rc, &f, LH_E_UNSUPPORTED, head, each[i].because,
+                        "see `llmhost backends`");
+    }
+    /* sparse: a run without mixed KV (that conflict is an rc-only rule, checked first) */
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
+                                              "kv_cache: {dtype: float16}\n"
+                                              "sparse_attention: {algorithm: topk_blocks, "
+                                              "top_k: 2, local_blocks: 3}\n",
+                                              "s.yaml", NULL),
+                    LH_OK);
+    f.geo = NULL;
+    f.attn_backend = "vanilla";
+    f.attn_caps = 0;
+    EXPECT_VALIDATE(&rc, &f, LH_E_UNSUPPORTED,
+                    "attention backend 'vanilla' does not support sparse, which this run needs "
+                    "(because sparse_attention=topk_blocks, top_k=2 (from s.yaml:2:19)); see "
+                    "`llmhost backends`");
+    f.attn_caps = LH_ATTN_CAP_SPARSE;
+    EXPECT_VALIDATE(&rc, &f, LH_OK, NULL);
+    /* the model's needs are checked only with a geometry */
+    f.geo = &g;
+    EXPECT_VALIDATE(&rc, &f, LH_E_UNSUPPORTED, "does not support sliding_window");
+    f.attn_caps = all;
+    EXPECT_VALIDATE(&rc, &f, LH_OK, NULL);
+    /* no backend known: the capability rules are not checked */
+    f.attn_backend = NULL;
+    f.attn_caps = 0;
+    EXPECT_VALIDATE(&rc, &f, LH_OK, NULL);
+    /* rc-only rules come first and still hold with facts */
+    f.attn_backend = "paged";
+    f.attn_caps = all;
+    rc.beam_width = 0;
+    EXPECT_VALIDATE(&rc, &f, LH_E_CONFIG, "beam_width=0");
+    CU_ASSERT_EQUAL(lh_run_config_validate_with(NULL, &f, NULL), LH_E_USAGE);
+    lh_run_config_free(&rc);
+}
+
 static CU_TestInfo load_tests[] = {
     {"defaults", test_defaults},
     {"full file: values and origins", test_full_file},
@@ -823,6 +1621,8 @@ static CU_TestInfo load_tests[] = {
     {"io errors", test_io_error},
     {"attn_backend and weight_placement", test_backend_and_placement},
     {"kv_cache", test_kv_cache},
+    {"new keys: values, origins, explain", test_new_keys_file},
+    {"kv_cache k_dtype / v_dtype", test_kv_dtypes},
     CU_TEST_INFO_NULL,
 };
 
@@ -836,6 +1636,7 @@ static CU_TestInfo error_tests[] = {
     {"model_impl", test_model_impl},
     {"quant", test_quant_errors},
     {"partial loads do not leak", test_partial_load_no_leak},
+    {"new keys: bad values", test_new_key_errors},
     CU_TEST_INFO_NULL,
 };
 
@@ -843,12 +1644,16 @@ static CU_TestInfo flag_tests[] = {
     {"overrides win with origin flag", test_set_overrides},
     {"override errors", test_set_errors},
     {"flag after yaml", test_flag_after_yaml},
+    {"new keys by flag", test_set_new_keys},
     CU_TEST_INFO_NULL,
 };
 
 static CU_TestInfo validate_tests[] = {
     {"cross-key rules", test_validate},
     {"names", test_names},
+    {"kv pool size, mixed-precision KV, decoding", test_validate_new_rules},
+    {"attention needs", test_attn_needs},
+    {"capabilities of the backend", test_validate_with_caps},
     CU_TEST_INFO_NULL,
 };
 

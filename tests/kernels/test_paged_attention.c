@@ -618,9 +618,14 @@ static void test_paged_errors(void)
     bad = p.kv;
     bad.k.dtype = bad.v.dtype = LH_DTYPE_INT8;
     CU_ASSERT_EQUAL(PA(ctx, &tq, &bad, p.table, p.n_table, 10, pos, &prm, &to), LH_E_UNSUPPORTED);
+    /* k and v may differ in dtype (mixed-precision KV), never in shape */
+    bad = p.kv;
+    bad.v.shape[0] = 3;
+    CU_ASSERT_EQUAL(PA(ctx, &tq, &bad, p.table, p.n_table, 10, pos, &prm, &to), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(ctx), "must have the same shape"));
     bad = p.kv;
     bad.v.dtype = LH_DTYPE_BF16;
-    CU_ASSERT_EQUAL(PA(ctx, &tq, &bad, p.table, p.n_table, 10, pos, &prm, &to), LH_E_USAGE);
+    CU_ASSERT_EQUAL(PA(ctx, &tq, &bad, p.table, p.n_table, 10, pos, &prm, &to), LH_OK);
     bad = p.kv;
     bad.k.dtype = bad.v.dtype = LH_DTYPE_FP8_E4M3;
     CU_ASSERT_EQUAL(PA(ctx, &tq, &bad, p.table, p.n_table, 10, pos, &prm, &to), LH_E_USAGE);

@@ -245,9 +245,9 @@ static void test_llama31_8b(void)
     CU_ASSERT_EQUAL(p.parameters, INT64_C(8030261248));
     CU_ASSERT_EQUAL(p.weight_bytes, INT64_C(2) * 8030261248);
     CU_ASSERT_EQUAL(p.weight_dtype, LH_DTYPE_BF16);
-    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 131072);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 262144); /* f32 KV (kv_cache dtype auto) */
     CU_ASSERT_EQUAL(p.kv_pool_tokens, 131072);
-    CU_ASSERT_EQUAL(p.kv_pool_bytes, INT64_C(131072) * 131072);
+    CU_ASSERT_EQUAL(p.kv_pool_bytes, INT64_C(262144) * 131072);
     CU_ASSERT_EQUAL(p.num_attention_layers, 32);
     CU_ASSERT_EQUAL(p.quantized_linears, 0);
     CU_ASSERT(p.peak_construction_bytes > 0);
@@ -324,7 +324,7 @@ static void test_mistral_7b(void)
     lh_model *m = build_decoder("mistral-7b-v0.1", MISTRAL_7B, construct_plain, NULL, &p);
     CU_ASSERT_EQUAL(p.parameters, INT64_C(7241732096));
     CU_ASSERT_EQUAL(p.weight_bytes, INT64_C(2) * 7241732096);
-    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 131072);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 262144);
     CU_ASSERT_EQUAL(p.kv_pool_tokens, 32768);
     check_group_sums(&p);
     lh_model_free(m);
@@ -336,7 +336,7 @@ static void test_qwen25_7b(void)
     lh_model *m = build_decoder("qwen2.5-7b", QWEN2_5_7B, construct_qkv_bias, NULL, &p);
     CU_ASSERT_EQUAL(p.parameters, INT64_C(7615616512));
     CU_ASSERT_EQUAL(p.weight_bytes, INT64_C(2) * 7615616512);
-    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 28 * 2 * 4 * 128 * 2);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 28 * 2 * 4 * 128 * 4);
     check_group_sums(&p);
     CU_ASSERT(shape_is(m, "model.layers.0.self_attn.k_proj", "weight", 2, 512, 3584));
     CU_ASSERT(shape_is(m, "model.layers.0.self_attn.k_proj", "bias", 1, 512, 0));
@@ -355,7 +355,7 @@ static void test_qwen3_8b(void)
     lh_memory_plan p;
     lh_model *m = build_decoder("qwen3-8b", QWEN3_8B, construct_qk_norm, NULL, &p);
     CU_ASSERT_EQUAL(p.parameters, INT64_C(8190735360));
-    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 36 * 2 * 8 * 128 * 2);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 36 * 2 * 8 * 128 * 4);
     check_group_sums(&p);
     CU_ASSERT(shape_is(m, "model.layers.5.self_attn.q_norm", "weight", 1, 128, 0));
     CU_ASSERT(shape_is(m, "model.layers.5.self_attn.k_norm", "weight", 1, 128, 0));
@@ -411,7 +411,7 @@ static void test_llama31_405b_fast(void)
     CU_ASSERT(ms < 500.0);
     CU_ASSERT_EQUAL(p.parameters, INT64_C(405853388800));
     CU_ASSERT_EQUAL(p.weight_bytes, INT64_C(2) * 405853388800);
-    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 126 * 2 * 8 * 128 * 2);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 126 * 2 * 8 * 128 * 4);
     CU_ASSERT_EQUAL(p.num_attention_layers, 126);
     CU_ASSERT(p.peak_construction_bytes > 100 * 1000);
     CU_ASSERT(p.peak_construction_bytes < 16 * 1024 * 1024);
@@ -432,10 +432,10 @@ static void test_plan_json(void)
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "weight_bytes")), 2 * 134515008);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "weight_dtype")), "bfloat16");
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "kv_bytes_per_token")),
-                    30 * 2 * 3 * 64 * 2);
+                    30 * 2 * 3 * 64 * 4);
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "kv_pool_tokens")), 8192);
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "kv_pool_bytes")),
-                    8192 * 30 * 2 * 3 * 64 * 2);
+                    8192 * 30 * 2 * 3 * 64 * 4);
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "peak_construction_bytes")),
                     p.peak_construction_bytes);
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "quantized_linears")), 0);
@@ -475,6 +475,13 @@ static void test_run_config_dtype_and_pool(void)
     CU_ASSERT_EQUAL(p.kv_pool_tokens, 4096 * 8);
     CU_ASSERT_EQUAL(p.kv_pool_bytes, INT64_C(4096) * 8 * 2 * 131072);
     lh_model_free(m);
+    /* the KV dtypes of the run config, per tensor: fp8 keys + bf16 values, 3 bytes a pair */
+    rc.kv_cache.k_dtype = LH_DTYPE_FP8_E4M3;
+    rc.kv_cache.v_dtype = LH_DTYPE_BF16;
+    m = build_decoder("llama-3.1-8b", LLAMA_3_1_8B, construct_plain, &rc, &p);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 32 * 8 * 128 * (1 + 2));
+    lh_model_free(m);
+    rc.kv_cache.k_dtype = rc.kv_cache.v_dtype = LH_DTYPE_INVALID;
 
     /* no torch_dtype in the config and none in the run config: bfloat16 */
     m = build_decoder(NULL, TINY, construct_plain, NULL, &p);
@@ -538,7 +545,7 @@ static void test_mla_deepseek_v3(void)
     CU_ASSERT_EQUAL_FATAL(st, LH_OK);
     lh_memory_plan p;
     CU_ASSERT_EQUAL(lh_model_plan(m, &p, &err), LH_OK);
-    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 2 * (512 + 64) * 2);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 2 * (512 + 64) * 4); /* f32 latent */
     CU_ASSERT_EQUAL(p.num_attention_layers, 2);
     const char *a = "layers.0.self_attn";
     char n[128];
@@ -573,7 +580,7 @@ static void test_mla_deepseek_v3(void)
     CU_ASSERT(shape_is(m, "layers.1.self_attn.kv_b_proj", "weight", 2, 16 * 256, 512));
     CU_ASSERT_FALSE(lh_model_find(m, "layers.1.self_attn.q_a_proj", NULL));
     CU_ASSERT_EQUAL(lh_model_plan(m, &p, &err), LH_OK);
-    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 2 * 576 * 2);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 2 * 576 * 4);
     lh_model_free(m);
     lh_model_config_free(cfg);
 #undef SHAPE
@@ -600,8 +607,8 @@ static void test_mla_from_geometry(void)
 {
     lh_memory_plan p;
     lh_model *m = build_decoder("deepseek-v3", DEEPSEEK_V3_GEOMETRY, construct_plain, NULL, &p);
-    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 61 * (512 + 64) * 2);
-    CU_ASSERT_EQUAL(p.kv_pool_bytes, INT64_C(163840) * 61 * (512 + 64) * 2);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 61 * (512 + 64) * 4);
+    CU_ASSERT_EQUAL(p.kv_pool_bytes, INT64_C(163840) * 61 * (512 + 64) * 4);
     CU_ASSERT(shape_is(m, "model.layers.60.self_attn.q_a_proj", "weight", 2, 1536, 7168));
     CU_ASSERT(shape_is(m, "model.layers.60.self_attn.q_b_proj", "weight", 2, 128 * 192, 1536));
     CU_ASSERT(shape_is(m, "model.layers.60.self_attn.kv_a_proj_with_mqa", "weight", 2, 576,
@@ -613,7 +620,7 @@ static void test_mla_from_geometry(void)
     lh_model_free(m);
 
     m = build_decoder("deepseek-v2-lite", DEEPSEEK_V2_LITE_GEOMETRY, construct_plain, NULL, &p);
-    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 27 * (512 + 64) * 2);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 27 * (512 + 64) * 4);
     CU_ASSERT(shape_is(m, "model.layers.3.self_attn.q_proj", "weight", 2, 16 * 192, 2048));
     CU_ASSERT_FALSE(lh_model_find(m, "model.layers.3.self_attn.q_a_proj", NULL));
     lh_model_free(m);
@@ -663,7 +670,7 @@ static void test_attention_duplicates(void)
     CU_ASSERT_PTR_NULL(lh_model_attention_lookup(m, "6_0"));
     lh_memory_plan p;
     CU_ASSERT_EQUAL(lh_model_plan(m, &p, NULL), LH_OK);
-    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 5 * 2 * 4 * 16 * 2);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 5 * 2 * 4 * 16 * 4);
     lh_model_free(m);
     lh_model_config_free(cfg);
 }
@@ -1167,7 +1174,7 @@ static void test_quant_from_yaml(void)
     CU_ASSERT_EQUAL(p.weight_bytes, INT64_C(6352019456));
     CU_ASSERT_EQUAL(p.quantized_linears, 224);
     CU_ASSERT_EQUAL(p.kv_pool_tokens, 8192 * 4);
-    CU_ASSERT_EQUAL(p.kv_pool_bytes, INT64_C(8192) * 4 * 131072);
+    CU_ASSERT_EQUAL(p.kv_pool_bytes, INT64_C(8192) * 4 * 262144);
     lh_model_free(m);
     lh_run_config_free(&rc);
 }

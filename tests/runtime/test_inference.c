@@ -537,7 +537,10 @@ static void test_kv_cache_settings(void)
     CU_ASSERT_EQUAL_FATAL(lh_engine_open(host, &o, &e, &err), LH_OK);
     float *l = malloc((size_t)(f.lens[1] * lh_engine_vocab_size(e)) * sizeof *l);
     CU_ASSERT_EQUAL(lh_engine_logits(e, f.prompts[1], f.lens[1], l, &err), LH_E_UNSUPPORTED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "out of KV cache blocks"));
+    /* refused before the first step, naming the need and the pool */
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "the KV cache cannot hold this request"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "has 2 free of 2"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "kv_cache.max_tokens=8"));
     free(l);
     lh_engine_close(e);
     lh_test_rmtree(dir);

@@ -6,11 +6,11 @@
  * unsplit f32 paged kernel computes exactly what vanilla's contiguous kernel does, so the
  * measured difference is 0); each sequence alone equals the batch; 1 and 2 threads agree.
  *
- * Backend level (the plugin's own sources, driven through its ops with settings the attention
- * contract cannot carry yet: block size, layout, KV dtype, pool size, chunk size): a scripted
- * run of steps mixing prefill, chunked prefill, decode and multi-token sequences in one step,
- * with slots released and reused, for block sizes 1, 16, 64, layouts NHD and HND, KV dtypes
- * f32, bf16, f16 and fp8 e4m3, full / sliding-window / chunked attention. Each step's output
+ * Backend level (the plugin's own sources, driven through its ops over a host KV cache
+ * manager, host/runtime/kv_cache.h): a scripted run of steps mixing prefill, chunked prefill,
+ * decode and multi-token sequences in one step, with slots released and reused, for block
+ * sizes 1, 16, 64, layouts NHD and HND, KV dtypes f32, bf16, f16, fp8 e4m3 and mixed
+ * (fp8 keys, bf16 values), full / sliding-window / chunked attention. Each step's output
  * is compared with a double-precision reference over the keys and values the pool holds for
  * each sequence (read back independently through its block table), |out - ref| <= 2e-5 *
  * max|v| + 1e-6, and, unchunked, with lh_k_attention (vanilla's kernel) on the same values:
@@ -21,6 +21,7 @@
 #include "lh_kernels.h"
 #include "paged.h"
 #include "runner.h"
+#include "runtime/kv_cache.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -28,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TOL_LOGITS 1e-5
 #define MAX_NEW 32
@@ -201,16 +203,182 @@ static void test_engine_limits(void)
     lh_engine_close(e);
 }
 
+/* ---- run-config KV settings end to end ------------------------------------------------------ */
+
+#define KV_TOKENS 60
+
+static lh_engine *open_cfg(const char *model, const char *backend, const char *yaml,
+                           const char *const *extra, lh_err *err)
+{
+    const char *ov[8] = {"max_batch_size=2", "max_seq_len=128"};
+    size_t n = 2;
+    for (const char *const *e = extra; e && *e && n < 7; e++)
+        ov[n++] = *e;
+    ov[n] = NULL;
+    char path[256] = "";
+    if (yaml) {
+        snprintf(path, sizeof path, "/tmp/lh-test-paged-%d.yaml", (int)getpid());
+        FILE *f = fopen(path, "w");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        fputs(yaml, f);
+        fclose(f);
+    }
+    lh_engine_options o = {.struct_size = sizeof o, .model = model, .n_threads = 2,
+                           .overrides = ov, .attn_backend = backend,
+                           .config_file = yaml ? path : NULL};
+    lh_engine *e = NULL;
+    lh_status st = lh_engine_open(host, &o, &e, err);
+    if (yaml)
+        remove(path);
+    if (st != LH_OK)
+        printf("\n    open (%s): %s", backend, err->msg);
+    return e;
+}
+
+/* logits of KV_TOKENS tokens; returns a malloc'ed [KV_TOKENS, vocab] or NULL */
+static float *kv_logits(const char *model, const char *backend, const char *yaml,
+                        const char *const *extra, int64_t *vocab)
+{
+    lh_err err = {0};
+    lh_engine *e = open_cfg(model, backend, yaml, extra, &err);
+    CU_ASSERT_PTR_NOT_NULL(e);
+    if (!e)
+        return NULL;
+    *vocab = lh_engine_vocab_size(e);
+    int32_t toks[KV_TOKENS];
+    for (int i = 0; i < KV_TOKENS; i++)
+        toks[i] = (int32_t)((i * 37 + 11) % *vocab);
+    float *l = malloc((size_t)(KV_TOKENS * *vocab) * sizeof(float));
+    lh_status st = lh_engine_logits(e, toks, KV_TOKENS, l, &err);
+    if (st != LH_OK)
+        printf("\n    logits (%s): %s", backend, err.msg);
+    CU_ASSERT_EQUAL(st, LH_OK);
+    lh_engine_close(e);
+    if (st != LH_OK) {
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+static double max_diff(const float *a, const float *b, int64_t n)
+{
+    double w = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= w))
+            w = isnan(d) ? INFINITY : d;
+    }
+    return w;
+}
+
+static void test_engine_kv_settings(void)
+{
+    char model[1024];
+    snprintf(model, sizeof model, "%s/models/llama-gqa-bf16", lh_test_env("LH_FIXTURES"));
+    int64_t vocab = 0;
+    const int64_t n = KV_TOKENS;
+    float *van = kv_logits(model, "vanilla", NULL, NULL, &vocab);
+    /* fused RoPE (the default with paged) and unfused compute the same values */
+    float *fused = kv_logits(model, "paged", NULL, NULL, &vocab);
+    const char *unfused_ov[] = {"fused_rope=false", NULL};
+    float *unfused = kv_logits(model, "paged", NULL, unfused_ov, &vocab);
+    CU_ASSERT_FATAL(van && fused && unfused);
+    double d_fused = max_diff(fused, van, n * vocab), d_unf = max_diff(unfused, van, n * vocab);
+    printf("\n    fused RoPE vs vanilla %.3g, unfused vs vanilla %.3g, fused vs unfused %.3g",
+           d_fused, d_unf, max_diff(fused, unfused, n * vocab));
+    CU_ASSERT(d_fused <= TOL_LOGITS);
+    CU_ASSERT(d_unf <= TOL_LOGITS);
+    /* sparse top-k whose blocks cover the whole context equals dense, bit for bit */
+    float *dense4 = kv_logits(model, "paged", "kv_cache: {block_size: 4}\n", NULL, &vocab);
+    float *cover = kv_logits(model, "paged",
+                             "kv_cache: {block_size: 4}\nsparse_attention: {algorithm: "
+                             "topk_blocks, top_k: 64, local_blocks: 1}\n", NULL, &vocab);
+    float *sparse = kv_logits(model, "paged",
+                              "kv_cache: {block_size: 4}\nsparse_attention: {algorithm: "
+                              "topk_blocks, top_k: 2, local_blocks: 1}\n", NULL, &vocab);
+    CU_ASSERT_FATAL(dense4 && cover && sparse);
+    CU_ASSERT(max_diff(dense4, van, n * vocab) <= TOL_LOGITS);
+    CU_ASSERT_EQUAL(memcmp(dense4, cover, (size_t)(n * vocab) * sizeof(float)), 0);
+    /* 15 blocks, 3 attended: the first 12 tokens (3 blocks) see everything, later ones not */
+    double d_sparse_head = max_diff(sparse, dense4, 12 * vocab);
+    double d_sparse = max_diff(sparse, dense4, n * vocab);
+    printf("\n    sparse top_k 2 + 1 local of 15 blocks vs dense: first 12 tokens %.3g, all %.3g",
+           d_sparse_head, d_sparse);
+    CU_ASSERT_EQUAL(d_sparse_head, 0.0);
+    CU_ASSERT(d_sparse > 0 && isfinite(d_sparse));
+    /* mixed precision (fp8 keys, bf16 values), HND: close to vanilla (fp8 keys dominate) */
+    float *mixed = kv_logits(model, "paged",
+                             "kv_cache: {k_dtype: fp8, v_dtype: bfloat16, layout: HND}\n", NULL,
+                             &vocab);
+    float *fp8 = kv_logits(model, "paged", "kv_cache: {dtype: fp8, layout: HND}\n", NULL,
+                           &vocab);
+    CU_ASSERT_FATAL(mixed && fp8);
+    /* fp8 e4m3 keeps 3 mantissa bits: over 60 tokens the logits (|l| up to ~8) move by up to
+     * ~1.5; the tolerance is a sanity bound (the backend-level test checks each value) */
+    double d_mixed = max_diff(mixed, van, n * vocab), d_fp8 = max_diff(fp8, van, n * vocab);
+    printf("\n    vs vanilla (f32 KV): mixed KV (fp8 keys, bf16 values, HND) %.3g, fp8 keys and "
+           "values %.3g (tolerance 2.5)", d_mixed, d_fp8);
+    CU_ASSERT(d_mixed <= 2.5);
+    CU_ASSERT(d_fp8 <= 2.5);
+    free(fp8);
+    /* memory_fraction sizes a pool that works */
+    const char *frac_ov[] = {"kv_cache.memory_fraction=0.01", NULL};
+    float *frac = kv_logits(model, "paged", NULL, frac_ov, &vocab);
+    CU_ASSERT_FATAL(frac != NULL);
+    CU_ASSERT_EQUAL(memcmp(frac, fused, (size_t)(n * vocab) * sizeof(float)), 0);
+    /* a pool too small for the request is refused before any step, with the numbers */
+    lh_err err = {0};
+    const char *small_ov[] = {"kv_cache.max_tokens=32", NULL};
+    lh_engine *e = open_cfg(model, "paged", NULL, small_ov, &err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    int32_t toks[KV_TOKENS] = {0};
+    CU_ASSERT_EQUAL(lh_engine_logits(e, toks, KV_TOKENS, van, &err), LH_E_UNSUPPORTED);
+    printf("\n    %s", err.msg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "needs 4 blocks of 16 tokens (1 sequence)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "has 2 free of 2"));
+    CU_ASSERT_EQUAL(lh_engine_logits(e, toks, 32, van, &err), LH_OK); /* what fits still runs */
+    lh_engine_close(e);
+    /* vanilla refuses what it cannot honour; knobs this runtime lacks are refused by name */
+    CU_ASSERT_PTR_NULL(open_cfg(model, "vanilla", "kv_cache: {v_dtype: bfloat16}\n", NULL, &err));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "mixed_kv"));
+    const char *beam_ov[] = {"beam_width=4", NULL};
+    CU_ASSERT_PTR_NULL(open_cfg(model, "paged", NULL, beam_ov, &err));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "beam search is not implemented"));
+    free(van);
+    free(fused);
+    free(unfused);
+    free(dense4);
+    free(cover);
+    free(sparse);
+    free(mixed);
+    free(frac);
+}
+
 /* ---- backend level ----------------------------------------------------------------------------- */
 
 #define MAX_SEQS 4
 #define MAX_LEN 400
 
-/* Backend under test plus what the test knows of each slot. */
+/* What a backend-level run is configured with (block size, layout, KV dtypes, pool size,
+ * chunk size): the run config's kv_cache and the model's attention_chunk_size. */
+typedef struct bk_config {
+    int64_t block_size;
+    lh_kv_layout layout;
+    lh_dtype k_dtype, v_dtype;
+    int64_t max_tokens; /* 0: max_seqs x max_seq_len */
+    int64_t chunk_size;
+} bk_config;
+
+static const bk_config bk_default = {.block_size = 16, .layout = LH_KV_NHD,
+                                      .k_dtype = LH_DTYPE_F32, .v_dtype = LH_DTYPE_F32};
+
+/* Backend under test, its host KV cache, plus what the test knows of each slot. */
 typedef struct bk {
     lh_attn_layer *layer;
     lh_attn_geometry g;
-    paged_config cfg;
+    bk_config cfg;
+    lh_kv_cache *cache;
     lh_kctx *kctx;
     int64_t len[MAX_SEQS];
     bool check; /* compare this step's outputs (off for most decode steps: run time) */
@@ -228,16 +396,16 @@ static double urand(void) /* [-1, 1) */
 }
 
 /* The value the pool holds for a sequence's (k or v, position, kv head, d). */
-static float pool_get(const bk *b, const paged_seq *s, const lh_kv_pages *kvp, int is_v,
+static float pool_get(const bk *b, const int32_t *table, const lh_kv_pages *kvp, int is_v,
                       int64_t pos, int64_t h, int64_t d)
 {
     const lh_kv_pages kv = *kvp;
     const int64_t bs = b->cfg.block_size, KVH = b->g.num_kv_heads, D = b->g.head_dim;
-    const int64_t phys = s->blocks[pos / bs], off = pos % bs;
+    const int64_t phys = table[pos / bs], off = pos % bs;
     const int64_t idx = kv.layout == LH_KV_NHD ? ((phys * bs + off) * KVH + h) * D + d
                                                : ((phys * KVH + h) * bs + off) * D + d;
     const void *base = is_v ? kv.v.data : kv.k.data;
-    switch (b->cfg.kv_dtype) {
+    switch (is_v ? b->cfg.v_dtype : b->cfg.k_dtype) {
     case LH_DTYPE_F32: return ((const float *)base)[idx];
     case LH_DTYPE_BF16: return lh_k_bf16_to_f32(((const uint16_t *)base)[idx]);
     case LH_DTYPE_F16: return lh_k_f16_to_f32(((const uint16_t *)base)[idx]);
@@ -259,9 +427,9 @@ static void check_seq(bk *b, int64_t slot, const float *q, const int32_t *pos, i
 {
     const int64_t H = b->g.num_heads, KVH = b->g.num_kv_heads, D = b->g.head_dim;
     const int64_t S = b->len[slot];
-    paged_pool *pool = paged_layer_pool(b->layer);
-    const paged_seq *seq = paged_pool_seq(pool, slot);
-    const lh_kv_pages kv = paged_pool_pages(pool);
+    int64_t n_table;
+    const int32_t *seq = lh_kv_cache_table(b->cache, slot, &n_table);
+    const lh_kv_pages kv = *lh_kv_cache_layer(b->cache, 0);
     float *k = malloc((size_t)(S * KVH * D) * sizeof(float));
     float *v = malloc((size_t)(S * KVH * D) * sizeof(float));
     double vmax = 0;
@@ -355,15 +523,29 @@ static lh_status bk_step(bk *b, const int64_t (*seqs)[2], int64_t n_seqs, const 
         k[i] = (float)urand();
         v[i] = (float)(urand() * 2.0);
     }
+    /* the host's part: blocks for every sequence's tokens after the step, all or nothing */
+    int64_t after[MAX_SEQS], n_tab[MAX_SEQS];
+    const int32_t *tabs[MAX_SEQS];
+    for (int64_t i = 0; i < n_seqs; i++)
+        after[i] = ctx[i] + nn[i];
+    lh_err err = {0};
+    lh_status rc = lh_kv_cache_reserve(b->cache, slot, after, n_seqs, &err);
+    if (rc != LH_OK)
+        snprintf(msg, msg_size, "%.480s", err.msg);
+    for (int64_t i = 0; rc == LH_OK && i < n_seqs; i++)
+        tabs[i] = lh_kv_cache_table(b->cache, slot[i], &n_tab[i]);
     lh_attn_step st = {.struct_size = sizeof st, .n_tokens = T, .n_seqs = n_seqs,
                        .positions = pos, .token_start = start, .n_new = nn, .ctx_len = ctx,
-                       .slot = slot};
+                       .slot = slot, .block_tables = tabs, .n_blocks = n_tab};
+    const lh_attn_forward_args args = {.struct_size = sizeof args,
+                                       .kv = lh_kv_cache_layer(b->cache, 0)};
     int64_t qs[3] = {T, H, D}, ks[3] = {T, KVH, D};
     lh_tensor tq = lh_tensor_cpu(LH_DTYPE_F32, q, 3, qs), to = lh_tensor_cpu(LH_DTYPE_F32, out, 3, qs);
     lh_tensor tk = lh_tensor_cpu(LH_DTYPE_F32, k, 3, ks), tv = lh_tensor_cpu(LH_DTYPE_F32, v, 3, ks);
-    lh_status rc = paged_ops.prepare(b->layer, &st, msg, msg_size);
     if (rc == LH_OK)
-        rc = paged_ops.forward(b->layer, b->kctx, &st, &tq, &tk, &tv, &to, msg, msg_size);
+        rc = paged_ops.prepare(b->layer, &st, msg, msg_size);
+    if (rc == LH_OK)
+        rc = paged_ops.forward(b->layer, b->kctx, &st, &args, &tq, &tk, &tv, &to, msg, msg_size);
     for (int64_t i = 0; rc == LH_OK && i < n_seqs; i++) {
         b->len[slot[i]] += nn[i];
         if (b->check)
@@ -380,22 +562,38 @@ static lh_status bk_step(bk *b, const int64_t (*seqs)[2], int64_t n_seqs, const 
 
 static void bk_release(bk *b, int64_t slot)
 {
-    paged_ops.release(b->layer, slot);
+    lh_kv_cache_release(b->cache, slot);
     b->len[slot] = 0;
 }
 
-static bool bk_open(bk *b, const paged_config *cfg, int64_t window, int threads)
+static bool bk_open(bk *b, const bk_config *cfg, int64_t window, int threads)
 {
     memset(b, 0, sizeof *b);
     b->check = true;
     b->g = (lh_attn_geometry){.struct_size = sizeof b->g, .layer_index = 3, .num_heads = 6,
                               .num_kv_heads = 2, .head_dim = 24, .sliding_window = window,
-                              .scale = 0.2f, .max_seq_len = MAX_LEN, .max_seqs = MAX_SEQS};
+                              .scale = 0.2f, .max_seq_len = MAX_LEN, .max_seqs = MAX_SEQS,
+                              .attention_chunk_size = cfg->chunk_size,
+                              .kv_block_size = cfg->block_size, .kv_dtype = cfg->k_dtype,
+                              .kv_layout = (int32_t)cfg->layout, .kv_v_dtype = cfg->v_dtype};
     b->cfg = *cfg;
     lh_device cpu = {LH_DEVICE_CPU, 0};
     b->kctx = lh_k_ctx_create(threads, cpu);
+    const lh_kv_cache_config kc = {.block_size = cfg->block_size, .k_dtype = cfg->k_dtype,
+                                   .v_dtype = cfg->v_dtype, .layout = (int)cfg->layout,
+                                   .max_tokens = cfg->max_tokens};
+    lh_kv_plan plan;
+    lh_err err = {0};
+    lh_status st = lh_kv_plan_compute(&kc, 1, b->g.num_kv_heads, b->g.head_dim, false, MAX_LEN,
+                                      MAX_SEQS, &plan, &err);
+    if (st == LH_OK)
+        st = lh_kv_cache_create(&plan, &b->cache, &err);
+    if (st != LH_OK) {
+        printf("\n    KV cache: %s", err.msg);
+        return false;
+    }
     char msg[512] = "";
-    lh_status st = paged_create_with(&b->g, cfg, &b->layer, msg, sizeof msg);
+    st = paged_ops.create(&b->g, &b->layer, msg, sizeof msg);
     if (st != LH_OK)
         printf("\n    create: %s", msg);
     return st == LH_OK && b->kctx;
@@ -404,6 +602,7 @@ static bool bk_open(bk *b, const paged_config *cfg, int64_t window, int threads)
 static void bk_close(bk *b)
 {
     paged_ops.destroy(b->layer);
+    lh_kv_cache_free(b->cache);
     lh_k_ctx_free(b->kctx);
 }
 
@@ -417,10 +616,22 @@ static const char *dt_str(lh_dtype dt)
     }
 }
 
+static const char *kv_str(const bk_config *c, char *buf, size_t n)
+{
+    if (c->k_dtype == c->v_dtype)
+        snprintf(buf, n, "%s", dt_str(c->k_dtype));
+    else
+        snprintf(buf, n, "k %s / v %s", dt_str(c->k_dtype), dt_str(c->v_dtype));
+    return buf;
+}
+
 static void test_backend_scripted_steps(void)
 {
-    static const lh_dtype dts[4] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16,
-                                    LH_DTYPE_FP8_E4M3};
+    /* each dtype alone, then mixed precision (fp8 keys, bf16 values) */
+    static const lh_dtype kdts[5] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16,
+                                     LH_DTYPE_FP8_E4M3, LH_DTYPE_FP8_E4M3};
+    static const lh_dtype vdts[5] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16,
+                                     LH_DTYPE_FP8_E4M3, LH_DTYPE_BF16};
     static const int64_t sizes[3] = {1, 16, 64};
     static const struct {
         const char *name;
@@ -428,18 +639,20 @@ static void test_backend_scripted_steps(void)
     } masks[3] = {{"full", 0, 0}, {"window 24", 24, 0}, {"chunked 32", 0, 32}};
     double worst_ref = 0, worst_van = 0;
     int runs = 0;
-    for (int di = 0; di < 4; di++)
+    for (int di = 0; di < 5; di++)
         for (int si = 0; si < 3; si++)
             for (int li = 0; li < 2; li++)
                 for (int mi = 0; mi < 3; mi++) {
-                    paged_config cfg = paged_default_config;
+                    bk_config cfg = bk_default;
                     cfg.block_size = sizes[si];
                     cfg.layout = li ? LH_KV_HND : LH_KV_NHD;
-                    cfg.kv_dtype = dts[di];
+                    cfg.k_dtype = kdts[di];
+                    cfg.v_dtype = vdts[di];
                     cfg.chunk_size = masks[mi].chunk;
-                    char what[160];
-                    snprintf(what, sizeof what, "%s, block %lld, %s, %s", dt_str(dts[di]),
-                             (long long)sizes[si], li ? "HND" : "NHD", masks[mi].name);
+                    char what[160], dts[64];
+                    snprintf(what, sizeof what, "%s, block %lld, %s, %s",
+                             kv_str(&cfg, dts, sizeof dts), (long long)sizes[si],
+                             li ? "HND" : "NHD", masks[mi].name);
                     bk b;
                     CU_ASSERT_FATAL(bk_open(&b, &cfg, masks[mi].window, 3));
                     char msg[512];
@@ -471,8 +684,8 @@ static void test_backend_scripted_steps(void)
                     CU_ASSERT_EQUAL(bk_step(&b, s5, 3, what, msg, sizeof msg), LH_OK);
                     for (int64_t s = 0; s < MAX_SEQS; s++)
                         bk_release(&b, s);
-                    paged_pool *pool = paged_layer_pool(b.layer);
-                    CU_ASSERT_EQUAL(paged_pool_free_blocks(pool), paged_pool_total_blocks(pool));
+                    CU_ASSERT_EQUAL(lh_kv_cache_free_blocks(b.cache),
+                                    lh_kv_cache_plan(b.cache)->num_blocks);
                     CU_ASSERT_EQUAL(b.bad, 0);
                     worst_ref = fmax(worst_ref, b.worst_ref);
                     worst_van = fmax(worst_van, b.worst_van);
@@ -486,15 +699,14 @@ static void test_backend_scripted_steps(void)
 
 static void test_backend_out_of_blocks(void)
 {
-    paged_config cfg = paged_default_config;
-    cfg.num_blocks = 6; /* 96 tokens */
+    bk_config cfg = bk_default;
+    cfg.max_tokens = 96; /* 6 blocks */
     bk b;
     CU_ASSERT_FATAL(bk_open(&b, &cfg, 0, 2));
-    paged_pool *pool = paged_layer_pool(b.layer);
     char msg[512] = "";
     const int64_t a[][2] = {{0, 80}};
     CU_ASSERT_EQUAL(bk_step(&b, a, 1, "pool", msg, sizeof msg), LH_OK);
-    CU_ASSERT_EQUAL(paged_pool_free_blocks(pool), 1);
+    CU_ASSERT_EQUAL(lh_kv_cache_free_blocks(b.cache), 1);
     /* 40 more tokens in slot 1 need 3 blocks: refused with the numbers, nothing allocated */
     const int64_t c[][2] = {{1, 40}};
     CU_ASSERT_EQUAL(bk_step(&b, c, 1, "pool", msg, sizeof msg), LH_E_UNSUPPORTED);
@@ -502,42 +714,47 @@ static void test_backend_out_of_blocks(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "out of KV cache blocks"));
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "needs 3 more blocks of 16 tokens"));
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "only 1 of the pool's 6 blocks are free"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "layer 3"));
-    CU_ASSERT_EQUAL(paged_pool_free_blocks(pool), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "kv_cache.max_tokens=96"));
+    CU_ASSERT_EQUAL(lh_kv_cache_free_blocks(b.cache), 1);
     /* slot 0 goes on to 96 tokens (its 6th block is the free one), then can go no further */
     for (int i = 0; i < 16; i++) {
         const int64_t d[][2] = {{0, 1}};
         CU_ASSERT_EQUAL(bk_step(&b, d, 1, "pool", msg, sizeof msg), LH_OK);
     }
-    CU_ASSERT_EQUAL(paged_pool_free_blocks(pool), 0);
+    CU_ASSERT_EQUAL(lh_kv_cache_free_blocks(b.cache), 0);
     const int64_t d[][2] = {{0, 1}};
     CU_ASSERT_EQUAL(bk_step(&b, d, 1, "pool", msg, sizeof msg), LH_E_UNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "needs 1 more block of 16 tokens, but only 0 of the "
                                        "pool's 6 blocks are free"));
     /* released: everything is free again and slot 1 fits */
     bk_release(&b, 0);
-    CU_ASSERT_EQUAL(paged_pool_free_blocks(pool), 6);
+    CU_ASSERT_EQUAL(lh_kv_cache_free_blocks(b.cache), 6);
     const int64_t e[][2] = {{1, 40}};
     CU_ASSERT_EQUAL(bk_step(&b, e, 1, "pool", msg, sizeof msg), LH_OK);
     CU_ASSERT_EQUAL(b.bad, 0);
-    /* the step's own inconsistencies: wrong ctx_len, a slot twice, past max_seq_len */
-    b.len[1] = 39;
-    CU_ASSERT_EQUAL(bk_step(&b, e, 1, "pool", msg, sizeof msg), LH_E_USAGE);
-    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "holds 40 tokens, the step says 39"));
-    b.len[1] = 40;
+    /* the step's own inconsistencies: a slot twice, past max_seq_len */
     const int64_t twice[][2] = {{2, 1}, {2, 1}};
     CU_ASSERT_EQUAL(bk_step(&b, twice, 2, "pool", msg, sizeof msg), LH_E_USAGE);
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "appears twice"));
     bk_close(&b);
 
-    cfg = paged_default_config; /* the default pool cannot run out: max_seq_len stops first */
+    cfg = bk_default; /* the default pool cannot run out: max_seq_len stops first */
     CU_ASSERT_FATAL(bk_open(&b, &cfg, 0, 1));
     const int64_t big[][2] = {{3, MAX_LEN}};
     CU_ASSERT_EQUAL(bk_step(&b, big, 1, "pool", msg, sizeof msg), LH_OK);
-    CU_ASSERT_EQUAL(bk_step(&b, d, 1, "pool", msg, sizeof msg), LH_OK);
     const int64_t more[][2] = {{3, 1}};
-    CU_ASSERT_EQUAL(bk_step(&b, more, 1, "pool", msg, sizeof msg), LH_E_UNSUPPORTED);
-    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "more than max_seq_len 400"));
+    CU_ASSERT_EQUAL(bk_step(&b, more, 1, "pool", msg, sizeof msg), LH_E_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "max_seq_len 400"));
+    bk_close(&b);
+
+    /* a forward without the host's tables or blocks is refused, not dereferenced */
+    CU_ASSERT_FATAL(bk_open(&b, &cfg, 0, 1));
+    int64_t start = 0, one = 1, zero = 0, slot = 0;
+    int32_t pos = 0;
+    lh_attn_step st = {.struct_size = sizeof st, .n_tokens = 1, .n_seqs = 1, .positions = &pos,
+                       .token_start = &start, .n_new = &one, .ctx_len = &zero, .slot = &slot};
+    CU_ASSERT_EQUAL(paged_ops.prepare(b.layer, &st, msg, sizeof msg), LH_E_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "no KV block tables"));
     bk_close(&b);
 }
 
@@ -563,6 +780,8 @@ static CU_TestInfo e2e_tests[] = {
     {"greedy identical to vanilla, logits within 1e-5, every fixture", test_greedy_and_logits},
     {"alone equals batch, 1 and 2 threads agree", test_alone_and_threads},
     {"max_seq_len is refused, not truncated", test_engine_limits},
+    {"fused RoPE, sparse top-k, mixed KV, pool sizing through the engine",
+     test_engine_kv_settings},
     CU_TEST_INFO_NULL,
 };
 

@@ -1,0 +1,314 @@
+/* The KV cache manager (kv_cache.h). */
+#include "kv_cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define REGION_ALIGN 4096u
+
+typedef struct kv_slot {
+    int32_t *table;   /* [max_blocks_per_seq] */
+    int64_t n_blocks; /* entries in use */
+} kv_slot;
+
+struct lh_kv_cache {
+    lh_kv_plan plan;
+    int64_t max_blocks_per_seq;
+    unsigned char *base; /* the whole pool, mmap'ed */
+    size_t mapped;
+    lh_kv_pages *layers; /* [n_layers] */
+    int32_t *free_ids;   /* stack; lowest id on top */
+    int64_t n_free;
+    kv_slot *slots; /* [max_seqs] */
+};
+
+static const char *kv_dtype_name(lh_dtype dt)
+{
+    switch (dt) {
+    case LH_DTYPE_F32: return "f32";
+    case LH_DTYPE_BF16: return "bf16";
+    case LH_DTYPE_F16: return "f16";
+    case LH_DTYPE_FP8_E4M3: return "fp8_e4m3";
+    default: return "unsupported";
+    }
+}
+
+uint64_t lh_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+    fclose(f);
+    return found ? (uint64_t)kb * 1024u : 0;
+}
+
+/* Bytes of one block of one layer, per part; checked for overflow by the caller's bounds. */
+typedef struct part_sizes {
+    size_t k, v, k_scale, v_scale, summary; /* summary: one of k_min / k_max */
+} part_sizes;
+
+static part_sizes block_parts(const lh_kv_plan *p)
+{
+    const size_t elems = (size_t)p->block_size * (size_t)p->kv_heads * (size_t)p->head_dim;
+    part_sizes s = {
+        .k = elems * lh_k_dtype_bits(p->k_dtype) / 8,
+        .v = elems * lh_k_dtype_bits(p->v_dtype) / 8,
+        .k_scale = p->k_dtype == LH_DTYPE_FP8_E4M3 ? (size_t)p->kv_heads * sizeof(float) : 0,
+        .v_scale = p->v_dtype == LH_DTYPE_FP8_E4M3 ? (size_t)p->kv_heads * sizeof(float) : 0,
+        .summary = p->summaries ? (size_t)p->kv_heads * (size_t)p->head_dim * sizeof(float) : 0,
+    };
+    return s;
+}
+
+static bool kv_dtype_ok(lh_dtype dt)
+{
+    return dt == LH_DTYPE_F32 || dt == LH_DTYPE_BF16 || dt == LH_DTYPE_F16 ||
+           dt == LH_DTYPE_FP8_E4M3;
+}
+
+lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int64_t kv_heads,
+                             int64_t head_dim, bool summaries, int64_t max_seq_len,
+                             int64_t max_seqs, lh_kv_plan *out, lh_err *err)
+{
+    memset(out, 0, sizeof *out);
+    /* bounds that keep every product below in 64 bits */
+    if (n_layers < 1 || n_layers > 100000 || kv_heads < 1 || kv_heads > 65536 || head_dim < 1 ||
+        head_dim > 65536 || max_seq_len < 1 || max_seq_len > INT32_MAX || max_seqs < 1 ||
+        max_seqs > (1 << 20))
+        return lh_err_set(err, LH_E_CONFIG, "KV cache: geometry out of range (%lld layers, %lld "
+                          "kv heads, head_dim %lld, max_seq_len %lld, max_batch_size %lld)",
+                          (long long)n_layers, (long long)kv_heads, (long long)head_dim,
+                          (long long)max_seq_len, (long long)max_seqs);
+    if (kv->block_size < 1 || kv->block_size > (1 << 20))
+        return lh_err_set(err, LH_E_CONFIG, "kv_cache.block_size=%lld must be in [1, %d]",
+                          (long long)kv->block_size, 1 << 20);
+    lh_kv_plan *p = out;
+    p->n_layers = n_layers;
+    p->kv_heads = kv_heads;
+    p->head_dim = head_dim;
+    p->block_size = kv->block_size;
+    p->layout = kv->layout == 1 ? LH_KV_HND : LH_KV_NHD;
+    p->k_dtype = kv->k_dtype == LH_DTYPE_INVALID ? LH_DTYPE_F32 : kv->k_dtype;
+    p->v_dtype = kv->v_dtype == LH_DTYPE_INVALID ? LH_DTYPE_F32 : kv->v_dtype;
+    if (!kv_dtype_ok(p->k_dtype) || !kv_dtype_ok(p->v_dtype))
+        return lh_err_set(err, LH_E_CONFIG, "kv_cache: dtypes %s / %s; the KV cache holds f32, "
+                          "bf16, f16 or fp8_e4m3", kv_dtype_name(p->k_dtype),
+                          kv_dtype_name(p->v_dtype));
+    p->summaries = summaries;
+    p->max_seqs = max_seqs;
+    p->max_seq_len = max_seq_len;
+    const size_t tok_elems = (size_t)kv_heads * (size_t)head_dim;
+    p->kv_bytes_per_token = (size_t)n_layers * tok_elems *
+                            (lh_k_dtype_bits(p->k_dtype) + lh_k_dtype_bits(p->v_dtype)) / 8;
+    const part_sizes s = block_parts(p);
+    p->block_bytes = (size_t)n_layers * (s.k + s.v + s.k_scale + s.v_scale + 2 * s.summary);
+    const int64_t per_seq = (max_seq_len + p->block_size - 1) / p->block_size;
+    if (kv->max_tokens > 0) {
+        p->num_blocks = (kv->max_tokens + p->block_size - 1) / p->block_size;
+        snprintf(p->sized_by, sizeof p->sized_by, "kv_cache.max_tokens=%lld",
+                 (long long)kv->max_tokens);
+    } else if (kv->memory_fraction > 0) {
+        uint64_t avail = lh_mem_available();
+        if (avail == 0)
+            return lh_err_set(err, LH_E_CONFIG, "kv_cache.memory_fraction=%g: cannot read "
+                              "MemAvailable from /proc/meminfo; set kv_cache.max_tokens instead",
+                              kv->memory_fraction);
+        double bytes = kv->memory_fraction * (double)avail;
+        double blocks = bytes / (double)p->block_bytes;
+        p->num_blocks = blocks >= (double)INT32_MAX ? INT32_MAX : (int64_t)blocks;
+        snprintf(p->sized_by, sizeof p->sized_by,
+                 "kv_cache.memory_fraction=%g of MemAvailable %llu bytes", kv->memory_fraction,
+                 (unsigned long long)avail);
+    } else {
+        p->num_blocks = per_seq * max_seqs;
+        snprintf(p->sized_by, sizeof p->sized_by,
+                 "max_batch_size %lld x max_seq_len %lld (default)", (long long)max_seqs,
+                 (long long)max_seq_len);
+    }
+    if (p->num_blocks > INT32_MAX)
+        return lh_err_set(err, LH_E_CONFIG, "KV cache: %s needs %lld blocks of %lld tokens, more "
+                          "than %d; use a larger kv_cache.block_size", p->sized_by,
+                          (long long)p->num_blocks, (long long)p->block_size, INT32_MAX);
+    if (p->num_blocks < 1)
+        return lh_err_set(err, LH_E_CONFIG, "KV cache: %s leaves room for no block of %lld tokens "
+                          "(%zu bytes each)", p->sized_by, (long long)p->block_size,
+                          p->block_bytes);
+    if (__builtin_mul_overflow((size_t)p->num_blocks, p->block_bytes, &p->pool_bytes))
+        return lh_err_set(err, LH_E_CONFIG, "KV cache: %lld blocks of %zu bytes overflow the "
+                          "address space", (long long)p->num_blocks, p->block_bytes);
+    return LH_OK;
+}
+
+void lh_kv_cache_free(lh_kv_cache *c)
+{
+    if (!c)
+        return;
+    if (c->base)
+        munmap(c->base, c->mapped);
+    if (c->slots)
+        for (int64_t i = 0; i < c->plan.max_seqs; i++)
+            free(c->slots[i].table);
+    free(c->slots);
+    free(c->free_ids);
+    free(c->layers);
+    free(c);
+}
+
+static size_t align_up(size_t n)
+{
+    return (n + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
+}
+
+lh_status lh_kv_cache_create(const lh_kv_plan *plan, lh_kv_cache **out, lh_err *err)
+{
+    *out = NULL;
+    lh_kv_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    c->plan = *plan;
+    const lh_kv_plan *p = &c->plan;
+    const int64_t nb = p->num_blocks, bs = p->block_size;
+    c->max_blocks_per_seq = (p->max_seq_len + bs - 1) / bs;
+    c->layers = calloc((size_t)p->n_layers, sizeof *c->layers);
+    c->free_ids = malloc((size_t)nb * sizeof *c->free_ids);
+    c->slots = calloc((size_t)p->max_seqs, sizeof *c->slots);
+    bool ok = c->layers && c->free_ids && c->slots;
+    for (int64_t i = 0; ok && i < p->max_seqs; i++)
+        ok = (c->slots[i].table = malloc((size_t)c->max_blocks_per_seq * sizeof(int32_t))) != NULL;
+    if (!ok) {
+        lh_kv_cache_free(c);
+        return lh_err_set(err, LH_E_NOMEM, "out of memory for the KV block tables (%lld blocks, "
+                          "%lld sequences)", (long long)nb, (long long)p->max_seqs);
+    }
+    /* one address range: per layer, keys, values, scales, summaries, each region aligned */
+    const part_sizes s = block_parts(p);
+    const size_t parts[6] = {s.k, s.v, s.k_scale, s.v_scale, s.summary, s.summary};
+    size_t total = 0;
+    for (int64_t l = 0; l < p->n_layers; l++)
+        for (int i = 0; i < 6; i++)
+            total += align_up(parts[i] * (size_t)nb);
+    void *base = total ? mmap(NULL, total, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                       : MAP_FAILED;
+    if (base == MAP_FAILED) {
+        lh_kv_cache_free(c);
+        return lh_err_set(err, LH_E_NOMEM, "cannot reserve the KV cache pool: %lld blocks x %zu "
+                          "bytes = %zu bytes (%s); lower kv_cache.max_tokens or "
+                          "memory_fraction", (long long)nb, p->block_bytes, total, p->sized_by);
+    }
+    c->base = base;
+    c->mapped = total;
+    int64_t shape[4] = {nb, bs, p->kv_heads, p->head_dim};
+    if (p->layout == LH_KV_HND) {
+        shape[1] = p->kv_heads;
+        shape[2] = bs;
+    }
+    int64_t sshape[2] = {nb, p->kv_heads}, mshape[3] = {nb, p->kv_heads, p->head_dim};
+    unsigned char *at = c->base;
+    for (int64_t l = 0; l < p->n_layers; l++) {
+        void *ptr[6];
+        for (int i = 0; i < 6; i++) {
+            ptr[i] = parts[i] ? at : NULL;
+            at += align_up(parts[i] * (size_t)nb);
+        }
+        lh_kv_pages *kv = &c->layers[l];
+        kv->layout = p->layout;
+        kv->k = lh_tensor_cpu(p->k_dtype, ptr[0], 4, shape);
+        kv->v = lh_tensor_cpu(p->v_dtype, ptr[1], 4, shape);
+        if (ptr[2])
+            kv->k_scale = lh_tensor_cpu(LH_DTYPE_F32, ptr[2], 2, sshape);
+        if (ptr[3])
+            kv->v_scale = lh_tensor_cpu(LH_DTYPE_F32, ptr[3], 2, sshape);
+        if (ptr[4]) {
+            kv->k_min = lh_tensor_cpu(LH_DTYPE_F32, ptr[4], 3, mshape);
+            kv->k_max = lh_tensor_cpu(LH_DTYPE_F32, ptr[5], 3, mshape);
+        }
+    }
+    for (int64_t id = nb - 1; id >= 0; id--) /* lowest id on top */
+        c->free_ids[c->n_free++] = (int32_t)id;
+    *out = c;
+    return LH_OK;
+}
+
+lh_status lh_kv_cache_reserve(lh_kv_cache *c, const int64_t *slots, const int64_t *tokens,
+                              int64_t n, lh_err *err)
+{
+    const lh_kv_plan *p = &c->plan;
+    const int64_t bs = p->block_size;
+    int64_t missing = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= p->max_seqs)
+            return lh_err_set(err, LH_E_USAGE, "KV cache: sequence slot %lld outside [0, %lld)",
+                              (long long)slots[i], (long long)p->max_seqs);
+        for (int64_t j = 0; j < i; j++)
+            if (slots[j] == slots[i])
+                return lh_err_set(err, LH_E_USAGE, "KV cache: sequence slot %lld appears twice "
+                                  "in one step", (long long)slots[i]);
+        if (tokens[i] < 0 || tokens[i] > p->max_seq_len)
+            return lh_err_set(err, LH_E_USAGE, "KV cache: slot %lld: %lld tokens, outside [0, "
+                              "max_seq_len %lld]", (long long)slots[i], (long long)tokens[i],
+                              (long long)p->max_seq_len);
+        const int64_t want = (tokens[i] + bs - 1) / bs, have = c->slots[slots[i]].n_blocks;
+        if (want > have)
+            missing += want - have;
+    }
+    if (missing > c->n_free)
+        return lh_err_set(err, LH_E_UNSUPPORTED,
+                          "out of KV cache blocks: this step needs %lld more block%s of %lld "
+                          "tokens, but only %lld of the pool's %lld blocks are free (%s/%s KV, "
+                          "%zu bytes per block, pool sized by %s); finish sequences or make the "
+                          "pool larger (kv_cache.max_tokens or memory_fraction)",
+                          (long long)missing, missing == 1 ? "" : "s", (long long)bs,
+                          (long long)c->n_free, (long long)p->num_blocks,
+                          kv_dtype_name(p->k_dtype), kv_dtype_name(p->v_dtype), p->block_bytes,
+                          p->sized_by);
+    for (int64_t i = 0; i < n; i++) {
+        kv_slot *s = &c->slots[slots[i]];
+        const int64_t want = (tokens[i] + bs - 1) / bs;
+        while (s->n_blocks < want)
+            s->table[s->n_blocks++] = c->free_ids[--c->n_free];
+    }
+    return LH_OK;
+}
+
+void lh_kv_cache_release(lh_kv_cache *c, int64_t slot)
+{
+    if (!c || slot < 0 || slot >= c->plan.max_seqs)
+        return;
+    kv_slot *s = &c->slots[slot];
+    /* in reverse, so the slot's first block is on top and is reused first */
+    while (s->n_blocks > 0)
+        c->free_ids[c->n_free++] = s->table[--s->n_blocks];
+}
+
+const int32_t *lh_kv_cache_table(const lh_kv_cache *c, int64_t slot, int64_t *n_blocks)
+{
+    if (!c || slot < 0 || slot >= c->plan.max_seqs) {
+        *n_blocks = 0;
+        return NULL;
+    }
+    *n_blocks = c->slots[slot].n_blocks;
+    return c->slots[slot].table;
+}
+
+const lh_kv_pages *lh_kv_cache_layer(const lh_kv_cache *c, int64_t layer)
+{
+    return c && layer >= 0 && layer < c->plan.n_layers ? &c->layers[layer] : NULL;
+}
+
+const lh_kv_plan *lh_kv_cache_plan(const lh_kv_cache *c)
+{
+    return &c->plan;
+}
+
+int64_t lh_kv_cache_free_blocks(const lh_kv_cache *c)
+{
+    return c->n_free;
+}

@@ -1,0 +1,75 @@
+/* Internal: the KV cache manager — the block pool that paged attention backends
+ * (LH_ATTN_CAP_PAGED_KV) keep their keys and values in, and the per-sequence block tables.
+ *
+ * Sizing (lh_kv_plan_compute, no allocation, also used by `explain`): a block holds
+ * block_size tokens of every layer; its bytes are, per layer, block_size x kv_heads x
+ * head_dim elements of keys (k_dtype) and of values (v_dtype), plus for each fp8 tensor one f32
+ * scale per kv head, plus, with sparse attention, per-head key minima and maxima (2 x head_dim
+ * f32 per kv head). The pool holds num_blocks blocks:
+ *   kv_cache.max_tokens        -> ceil(max_tokens / block_size)
+ *   kv_cache.memory_fraction f -> floor(f x MemAvailable / bytes per block), MemAvailable read
+ *                                 from /proc/meminfo when the plan is made
+ *   neither                    -> max_batch_size x ceil(max_seq_len / block_size), which never
+ *                                 runs out before max_seq_len does.
+ * The pool is reserved as one address range and materializes as blocks are first written
+ * (lowest block ids are handed out first, so a lightly used pool stays small).
+ *
+ * Allocation: a step reserves, all or nothing, the blocks its sequences need to hold their
+ * tokens after the step; a finished sequence gives its blocks back. Running out is
+ * LH_E_UNSUPPORTED with blocks needed, free and total, and changes nothing.
+ *
+ * Ownership: the cache owns its storage and tables; pointers it returns stay valid until the
+ * next reserve/release of that slot (tables) or until lh_kv_cache_free (pages). */
+#ifndef LH_RUNTIME_KV_CACHE_H
+#define LH_RUNTIME_KV_CACHE_H
+
+#include "config/run_config.h"
+#include "core/err.h"
+#include "lh_kernels.h"
+
+typedef struct lh_kv_plan {
+    int64_t n_layers, kv_heads, head_dim;
+    int64_t block_size;
+    lh_kv_layout layout;
+    lh_dtype k_dtype, v_dtype;
+    bool summaries;           /* per-block key min/max for sparse selection */
+    int64_t max_seqs, max_seq_len;
+    size_t kv_bytes_per_token; /* keys + values, all layers (scales and summaries excluded) */
+    size_t block_bytes;        /* one block, all layers, everything included */
+    int64_t num_blocks;
+    size_t pool_bytes;         /* num_blocks x block_bytes */
+    char sized_by[160];        /* how num_blocks was chosen, for explain and errors */
+} lh_kv_plan;
+
+/* Computes the pool for the run config's kv_cache (auto dtypes resolve to f32) and the model
+ * geometry. Errors: LH_E_CONFIG (a pool that cannot hold one block, sizes that overflow,
+ * memory_fraction without a readable MemAvailable), naming the setting. */
+lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int64_t kv_heads,
+                             int64_t head_dim, bool summaries, int64_t max_seq_len,
+                             int64_t max_seqs, lh_kv_plan *out, lh_err *err);
+
+/* MemAvailable from /proc/meminfo in bytes, or 0 when it cannot be read. */
+uint64_t lh_mem_available(void);
+
+typedef struct lh_kv_cache lh_kv_cache;
+
+/* Reserves the pool's address range and the tables. Errors: LH_E_NOMEM naming the bytes. */
+lh_status lh_kv_cache_create(const lh_kv_plan *plan, lh_kv_cache **out, lh_err *err);
+void lh_kv_cache_free(lh_kv_cache *c);
+
+/* Makes slot slots[i] hold blocks for tokens[i] tokens (never shrinks), for all i, or changes
+ * nothing. Errors: LH_E_USAGE (slot outside [0, max_seqs), a slot twice, more than
+ * max_seq_len tokens), LH_E_UNSUPPORTED (out of blocks: needed, free, total). */
+lh_status lh_kv_cache_reserve(lh_kv_cache *c, const int64_t *slots, const int64_t *tokens,
+                              int64_t n, lh_err *err);
+/* Gives the slot's blocks back (most recently taken first on the free list). */
+void lh_kv_cache_release(lh_kv_cache *c, int64_t slot);
+
+/* The slot's block table and its length (NULL for a slot outside the range). */
+const int32_t *lh_kv_cache_table(const lh_kv_cache *c, int64_t slot, int64_t *n_blocks);
+/* Layer `layer`'s view of the pool (NULL outside [0, n_layers)). */
+const lh_kv_pages *lh_kv_cache_layer(const lh_kv_cache *c, int64_t layer);
+const lh_kv_plan *lh_kv_cache_plan(const lh_kv_cache *c);
+int64_t lh_kv_cache_free_blocks(const lh_kv_cache *c);
+
+#endif
