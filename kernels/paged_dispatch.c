@@ -416,8 +416,8 @@ LH_EXPORT lh_status lh_k_paged_attention_batch(lh_kctx *ctx, const lh_tensor *q,
 /* ---- KV write ---------------------------------------------------------------------------- */
 
 /* k and v [T, kv_heads, head_dim] f32. */
-static lh_status write_tensors(lh_kctx *ctx, const char *fn, const lh_kv_pages *kv,
-                               const lh_cpu_pages *pv, const lh_tensor *k, const lh_tensor *v)
+static lh_status write_tensors(lh_kctx *ctx, const char *fn, const lh_cpu_pages *pv,
+                               const lh_tensor *k, const lh_tensor *v)
 {
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "k", k, 3, 3, LH_KD_F32));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "v", v, 3, 3, LH_KD_F32));
@@ -426,7 +426,6 @@ static lh_status write_tensors(lh_kctx *ctx, const char *fn, const lh_kv_pages *
                        "%s: k %s and v %s must both be [n, %" PRId64 ", %" PRId64
                        "] (kv heads and head_dim of the pool)",
                        fn, LH_KD_SH(k), LH_KD_SH(v), pv->kv_heads, pv->head_dim);
-    (void)kv;
     return LH_OK;
 }
 
@@ -496,7 +495,7 @@ LH_EXPORT lh_status lh_k_paged_kv_write(lh_kctx *ctx, const lh_kv_pages *kv,
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     lh_cpu_pages pv;
     LH_KD_CHECK(pages_view(ctx, fn, kv, &pv));
-    LH_KD_CHECK(write_tensors(ctx, fn, kv, &pv, k, v));
+    LH_KD_CHECK(write_tensors(ctx, fn, &pv, k, v));
     int64_t n = k->shape[0];
     if (start < 0 || n_table < 0)
         return lh_kerr(ctx, LH_E_USAGE, "%s: start %" PRId64 " or n_table %" PRId64 " is negative",
@@ -530,7 +529,7 @@ LH_EXPORT lh_status lh_k_paged_kv_write_batch(lh_kctx *ctx, const lh_kv_pages *k
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     lh_cpu_pages pv;
     LH_KD_CHECK(pages_view(ctx, fn, kv, &pv));
-    LH_KD_CHECK(write_tensors(ctx, fn, kv, &pv, k, v));
+    LH_KD_CHECK(write_tensors(ctx, fn, &pv, k, v));
     LH_KD_CHECK(check_rope(ctx, fn, rope, pv.head_dim));
     lh_cpu_batch cb;
     LH_KD_CHECK(batch_view(ctx, fn, b, &cb));

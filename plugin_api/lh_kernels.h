@@ -142,10 +142,12 @@ LH_EXPORT lh_status lh_k_attention(lh_kctx *ctx, const lh_tensor *q, const lh_te
  * sequence's table entries are distinct. Two memory layouts:
  *   LH_KV_NHD: k, v [num_blocks, block_size, kv_heads, head_dim] (a token's heads together)
  *   LH_KV_HND: k, v [num_blocks, kv_heads, block_size, head_dim] (a head's tokens together)
- * Element dtypes: f32, bf16, f16 or fp8_e4m3 (k and v alike). fp8 blocks carry one f32 scale
- * per (block, kv head) for keys and one for values, k_scale and v_scale [num_blocks, kv_heads]:
+ * Element dtypes: f32, bf16, f16 or fp8_e4m3, for keys and values independently (mixed-
+ * precision KV, e.g. fp8 keys and bf16 values; k and v have the same shape). An fp8 tensor
+ * carries one f32 scale per (block, kv head): k_scale for fp8 keys, v_scale for fp8 values,
+ * each [num_blocks, kv_heads] (needed only for a tensor that is fp8, ignored otherwise):
  * stored = value / scale, so an element reads back as lh_k_fp8_e4m3_to_f32(stored) * scale
- * (computed in f32). The scales are ignored for the other dtypes. */
+ * (computed in f32). */
 typedef enum lh_kv_layout { LH_KV_NHD = 0, LH_KV_HND = 1 } lh_kv_layout;
 
 typedef struct lh_kv_pages {
@@ -155,8 +157,11 @@ typedef struct lh_kv_pages {
     lh_tensor k_scale, v_scale; /* fp8 only (per tensor): [num_blocks, kv_heads] f32 */
     /* Per-block key summaries for sparse block selection (Quest): the elementwise minimum and
      * maximum of the keys stored in each (block, kv head), [num_blocks, kv_heads, head_dim]
-     * f32, maintained by the kv_write kernels. data NULL: the pool keeps none (then sparse
-     * selection is refused). */
+     * f32, maintained by the kv_write kernels: of the keys as given (after fused rotation,
+     * before conversion to the pool's dtype); a write that starts at a block's first token
+     * resets the block's summaries to its own keys, one that starts inside the block widens
+     * them. Both or neither: data NULL for both means the pool keeps none (then sparse
+     * selection is refused); one without the other is LH_E_USAGE. */
     lh_tensor k_min, k_max;
 } lh_kv_pages;
 
@@ -171,9 +176,10 @@ typedef struct lh_paged_attn_params {
     int64_t n_splits;       /* 0: automatic; n >= 1: split each query's context into at most n
                              * partitions (flash-decoding), whatever T is (tests, tuning) */
     /* Fused RoPE: when non-NULL, q is rotated (into private memory; q itself is not changed)
-     * at q_pos with this table before the scores, with sequence length ctx_len for dynamic
-     * scaling; the cache must hold keys rotated the same way (lh_k_paged_kv_write with the
-     * same rope). */
+     * at q_pos with this table before the scores, with sequence length ctx_len (kv_len[s] in
+     * a batch) for dynamic scaling, bit for bit as lh_k_rope_apply would; the cache must hold
+     * keys rotated the same way (lh_k_paged_kv_write_batch with the same rope). rotary_dim <=
+     * head_dim. */
     const struct lh_rope *rope;
     /* Sparse top-k block selection (both 0: dense). With sparse_local_blocks >= 1 and
      * sparse_top_k >= 0, each (query, head) attends only to a subset of the KV blocks that hold
@@ -181,9 +187,11 @@ typedef struct lh_paged_attn_params {
      * the sparse_local_blocks visible blocks with the highest logical index (the block of its
      * own position among them), plus the sparse_top_k other visible blocks with the highest
      * score sum_d max(q_d * k_min[b][g][d], q_d * k_max[b][g][d]) (an upper bound of q.k over
-     * the block; q rotated when rope is set; ties: lower logical block first); the masks
-     * still apply inside the chosen blocks. When local + top_k cover every visible block the
-     * result is bit-identical to dense attention. Needs kv->k_min / k_max. */
+     * the block; q rotated when rope is set; computed in f32, summation order per ISA; ties:
+     * lower logical block first; a NaN score ranks last); the masks still apply inside the
+     * chosen blocks. When local + top_k cover every visible block the result is bit-identical
+     * to dense attention (whatever the partitioning). Needs kv->k_min / k_max. Negative
+     * values, or sparse_top_k > 0 with sparse_local_blocks 0: LH_E_USAGE. */
     int64_t sparse_top_k;
     int64_t sparse_local_blocks;
 } lh_paged_attn_params;
@@ -206,7 +214,8 @@ typedef struct lh_paged_attn_params {
  * equal to the unsplit result up to float rounding. Unsplit: bit-identical to lh_k_attention
  * on the pool's values (decoded to f32) laid out contiguously. The partitioning depends on
  * T, the positions, ctx_len, block_size and params only, never on the thread count, so
- * results do not depend on the thread count.
+ * results do not depend on the thread count. A call is one sequence of
+ * lh_k_paged_attention_batch (same results, bit for bit).
  * Errors: LH_E_USAGE (shapes, table entries, positions, params), LH_E_UNSUPPORTED (dtype,
  * device), LH_E_NOMEM. */
 LH_EXPORT lh_status lh_k_paged_attention(lh_kctx *ctx, const lh_tensor *q, const lh_kv_pages *kv,
@@ -225,7 +234,10 @@ LH_EXPORT lh_status lh_k_paged_attention(lh_kctx *ctx, const lh_tensor *q, const
  * then the scale doubles until it covers the new amax, and the block's existing tokens for
  * that head are re-encoded (each divided by the power of two: exact while its code stays
  * normal), so a stored value is within 2^-4 |x| + 2^-9 * scale of the value written. Values
- * must be finite. Errors: LH_E_USAGE, LH_E_UNSUPPORTED (dtype, device). */
+ * must be finite. Keys and values are stored in their own dtypes; the key summaries, when
+ * the pool keeps them, are maintained (see lh_kv_pages). The touched logical blocks must be
+ * distinct physical blocks. Errors: LH_E_USAGE (nothing written), LH_E_UNSUPPORTED (dtype,
+ * device). */
 LH_EXPORT lh_status lh_k_paged_kv_write(lh_kctx *ctx, const lh_kv_pages *kv,
                                         const int32_t *block_table, int64_t n_table,
                                         int64_t start, const lh_tensor *k, const lh_tensor *v);
@@ -234,7 +246,10 @@ LH_EXPORT lh_status lh_k_paged_kv_write(lh_kctx *ctx, const lh_kv_pages *kv,
  * rows [token_start[s], token_start[s] + n_new[s]) of q / k / v / out, at positions
  * positions[row]; after the step the sequence holds kv_len[s] tokens (its n_new[s] new ones
  * are positions kv_len[s] - n_new[s] .. kv_len[s] - 1) in the blocks block_tables[s][0 ..
- * n_blocks[s]). Sequences' row ranges must not overlap; a sequence with n_new 0 is skipped. */
+ * n_blocks[s]). Sequences' row ranges must not overlap; a sequence with n_new 0 is skipped
+ * (its table is not read and may be NULL); rows of no sequence are neither read nor written.
+ * positions is read by the attention, and by the write only with fused RoPE (it may be NULL
+ * otherwise). */
 typedef struct lh_paged_batch {
     uint32_t struct_size; /* sizeof(lh_paged_batch) */
     int64_t n_seqs;
@@ -247,22 +262,31 @@ typedef struct lh_paged_batch {
 } lh_paged_batch;
 
 /* lh_k_paged_attention for every sequence of the batch in one call: q [T, H, D] and
- * out [T, H, D] hold all sequences' rows; the work (sequences x kv heads x query tiles x
+ * out [T, H, D] hold all sequences' rows; the work (sequences x query tiles x head ranges x
  * flash-decoding partitions) is spread over the thread pool as one job, so a decode step of
- * many sequences costs one dispatch. Results are bit-identical to calling
- * lh_k_paged_attention per sequence with the same params (and do not depend on the thread
- * count). Errors: as lh_k_paged_attention, naming the sequence. */
+ * many sequences costs one dispatch (flash-decoding partials are merged inside it, by the
+ * last partition to finish). Results are bit-identical to calling lh_k_paged_attention per
+ * sequence with the same params (and depend neither on the thread count nor on the other
+ * sequences). Working memory comes from the context and is kept for the next call.
+ * Errors: as lh_k_paged_attention, naming the sequence and the field ("sequence 2:
+ * positions[7] = 40 is outside the cached context [0, 40)"), and for the batch itself
+ * (struct_size, NULL arrays, rows outside q, overlapping rows): LH_E_USAGE. */
 LH_EXPORT lh_status lh_k_paged_attention_batch(lh_kctx *ctx, const lh_tensor *q,
                                                const lh_kv_pages *kv, const lh_paged_batch *b,
                                                const lh_paged_attn_params *params,
                                                lh_tensor *out);
 
 /* lh_k_paged_kv_write for every sequence of the batch: k, v [T, kv_heads, head_dim] f32; the
- * rows of sequence s are written at positions kv_len[s] - n_new[s] .. kv_len[s] - 1. With
- * rope non-NULL the keys are rotated first (as lh_k_rope_apply with sequence length
- * kv_len[s] would; k itself is not changed). When kv->k_min / k_max are present, each
- * touched (block, kv head) summary is updated with the stored keys (reset when the write
- * starts at the block's first token). Errors: as lh_k_paged_kv_write, naming the sequence. */
+ * rows of sequence s are written at positions kv_len[s] - n_new[s] .. kv_len[s] - 1
+ * (n_new[s] <= kv_len[s]). With rope non-NULL the keys are rotated first, row r at
+ * positions[r] (which must lie in [0, kv_len[s])), as lh_k_rope_apply with sequence length
+ * kv_len[s] would, bit for bit (k itself is not changed). When kv->k_min / k_max are
+ * present, each touched (block, kv head) summary is updated with the keys (rotated, before
+ * conversion; reset when the write starts at the block's first token). Every physical block
+ * the call touches must be touched by one sequence only (sequences use disjoint blocks).
+ * Results equal writing each sequence with lh_k_paged_kv_write (after lh_k_rope_apply),
+ * byte for byte. Errors: as lh_k_paged_kv_write, naming the sequence; nothing is written
+ * when a check fails. */
 LH_EXPORT lh_status lh_k_paged_kv_write_batch(lh_kctx *ctx, const lh_kv_pages *kv,
                                               const lh_paged_batch *b, const lh_tensor *k,
                                               const lh_tensor *v, const struct lh_rope *rope);

@@ -40,20 +40,7 @@ void lh_attn_choice_free(lh_attn_choice *c)
     }
 }
 
-int64_t lh_run_max_seq_len(const lh_run_config *rc, const lh_model_config *cfg)
-{
-    if (rc->max_seq_len > 0)
-        return rc->max_seq_len;
-    const lh_model_geometry *g = &cfg->geo;
-    int64_t n = g->max_position_embeddings > 0 ? g->max_position_embeddings : 4096;
-    if (g->rope_scaling.kind && strcmp(g->rope_scaling.kind, "dynamic") == 0 &&
-        g->rope_scaling.factor > 1.0) {
-        double scaled = (double)n * g->rope_scaling.factor;
-        n = scaled < (double)INT32_MAX ? (int64_t)scaled : INT32_MAX;
-    }
-    return n < INT32_MAX ? n : INT32_MAX;
-}
-
+/* the run config's spelling (float32, bfloat16, float16, fp8_e4m3) */
 static const char *kv_dtype_str(lh_dtype dt)
 {
     return dt == LH_DTYPE_FP8_E4M3 ? "fp8_e4m3" : lh_dtype_name(dt);
@@ -166,7 +153,8 @@ static lh_status decide_kv(const lh_run_config *rc, const lh_model_config *cfg,
                                 (int64_t)sizeof(float);
         kv = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I}", "manager",
                        "the backend's own (contiguous per sequence, grown to max_seq_len)",
-                       "k_dtype", "f32", "v_dtype", "f32", "bytes_per_token", (json_int_t)per_tok,
+                       "k_dtype", kv_dtype_str(LH_DTYPE_F32), "v_dtype",
+                       kv_dtype_str(LH_DTYPE_F32), "bytes_per_token", (json_int_t)per_tok,
                        "pool_tokens", (json_int_t)(out->max_seq_len * seqs), "pool_bytes",
                        (json_int_t)(per_tok * out->max_seq_len * seqs));
     }
@@ -177,7 +165,7 @@ static lh_status decide_kv(const lh_run_config *rc, const lh_model_config *cfg,
 static lh_status decide(const lh_run_config *rc, const lh_model_config *cfg,
                         lh_attn_choice *out, lh_err *err)
 {
-    out->max_seq_len = lh_run_max_seq_len(rc, cfg);
+    out->max_seq_len = lh_run_max_seq_len(rc, &cfg->geo);
     decide_rope(rc, out);
     decide_chunked(cfg, out);
     decide_sparse(rc, out);

@@ -25,17 +25,13 @@ typedef struct lh_attn_choice {
     uint64_t caps;             /* its LH_ATTN_CAP_* flags */
     bool fused_rope;           /* RoPE fusion decision (reason in the trace) */
     int64_t sparse_top_k, sparse_local_blocks; /* 0/0: dense */
-    int64_t max_seq_len;       /* the run's, resolved (lh_run_max_seq_len) */
+    int64_t max_seq_len;       /* the run's, resolved (lh_run_max_seq_len, run_config.h) */
     /* {requested, origin, normalized, fallback, backend, shared_object, capabilities,
      *  checks: [...], rope_fusion: {...}, chunked_attention: {...}, sparse_attention: {...},
      *  kv_cache: {...}} */
     json_t *trace;
 } lh_attn_choice;
 
-/* The longest sequence a run holds: max_seq_len from the run config, else the model's
- * max_position_embeddings (x the factor of dynamic NTK scaling, which exists to go beyond
- * it), capped at INT32_MAX (positions are int32). */
-int64_t lh_run_max_seq_len(const lh_run_config *rc, const lh_model_config *cfg);
 
 /* Takes the registry lock itself. Errors: LH_E_UNKNOWN_NAME (with the available names),
  * the backend plugin's load error class, LH_E_UNSUPPORTED (a capability the run needs,

@@ -31,6 +31,7 @@ struct lh_engine {
     lh_kctx *kctx;
     lh_decoder dec;
     bool dec_ready;
+    lh_generate_stats last; /* the last generate call's timings (lh_engine_last_stats) */
 };
 
 void lh_engine_close(lh_engine *e)
@@ -181,9 +182,29 @@ lh_status lh_engine_generate_greedy(lh_engine *e, const int32_t *const *prompts,
                                     int32_t *out, lh_err *err)
 {
     lh_err_clear(err);
+    if (e)
+        e->last = (lh_generate_stats){0};
     if (!e || !prompts || !lens || (!out && max_new > 0))
         return lh_err_set(err, LH_E_USAGE, "lh_engine_generate_greedy: NULL argument");
-    return lh_generate_greedy(&e->dec, e->kctx, prompts, lens, n_seqs, max_new, out, err);
+    return lh_generate_greedy(&e->dec, e->kctx, prompts, lens, n_seqs, max_new, out, &e->last,
+                              err);
+}
+
+lh_status lh_engine_last_stats(const lh_engine *e, lh_generate_stats *out, lh_err *err)
+{
+    lh_err_clear(err);
+    if (!e || !out)
+        return lh_err_set(err, LH_E_USAGE, "lh_engine_last_stats: %s is NULL",
+                          e ? "out" : "engine");
+    if (out->struct_size < sizeof *out)
+        return lh_err_set(err, LH_E_USAGE, "lh_engine_last_stats: out.struct_size %u is smaller "
+                          "than this library's %zu; set it to sizeof(lh_generate_stats)",
+                          out->struct_size, sizeof *out);
+    /* this library's fields only: a larger struct's tail is the caller's */
+    const uint32_t keep = out->struct_size;
+    memcpy(out, &e->last, sizeof *out);
+    out->struct_size = keep;
+    return LH_OK;
 }
 
 lh_decoder *lh_engine_decoder(lh_engine *e)

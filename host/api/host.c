@@ -319,6 +319,13 @@ static lh_status resolve_common(lh_host *h, const lh_resolve_request *req, bool 
             json_t *pj = lh_model_plan_json(m, &plan);
             json_object_update(j, pj);
             json_decref(pj);
+            /* the pool the engine would allocate (kv_cache sizing, block rounding) replaces
+             * the tree's max_seq_len x max_batch_size estimate, so explain has one answer */
+            const json_t *kv = json_object_get(json_object_get(j, "attention"), "kv_cache");
+            if (kv) {
+                json_object_set(j, "kv_pool_tokens", json_object_get(kv, "pool_tokens"));
+                json_object_set(j, "kv_pool_bytes", json_object_get(kv, "pool_bytes"));
+            }
         }
         lh_model_free(m);
     }

@@ -26,6 +26,10 @@ enum {
     OPT_WEIGHT_PLACEMENT,
     OPT_ATTN_FALLBACK,
     OPT_SET,
+    OPT_CONTEXT,
+    OPT_BATCH,
+    OPT_WARMUP,
+    OPT_VERBOSE,
 };
 
 static const struct option options[] = {
@@ -50,6 +54,10 @@ static const struct option options[] = {
     {"attn-backend-fallback", no_argument, NULL, OPT_ATTN_FALLBACK},
     {"weight-placement", required_argument, NULL, OPT_WEIGHT_PLACEMENT},
     {"set", required_argument, NULL, OPT_SET},
+    {"context", required_argument, NULL, OPT_CONTEXT},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"verbose", no_argument, NULL, OPT_VERBOSE},
     {NULL, 0, NULL, 0},
 };
 
@@ -98,6 +106,7 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
 {
     memset(a, 0, sizeof *a);
     a->max_new = -1;
+    a->warmup = -1;
     if (argc < 2) {
         a->help = true;
         return 0;
@@ -169,6 +178,10 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
             rc = add_override(a, key, eq + 1);
             break;
         }
+        case OPT_CONTEXT: a->contexts = optarg; break;
+        case OPT_BATCH: a->batches = optarg; break;
+        case OPT_WARMUP: rc = parse_long(a->command, "--warmup", optarg, 0, 100, &a->warmup); break;
+        case OPT_VERBOSE: a->verbose = true; break;
         case OPT_LOG_LEVEL:
             if (strcmp(optarg, "error") && strcmp(optarg, "warn") && strcmp(optarg, "info") &&
                 strcmp(optarg, "debug")) {

@@ -23,6 +23,11 @@ typedef struct lh_cli_args {
     const char *tokens;   /* --tokens */
     const char *out_file; /* --out */
     long max_new;         /* -n / --max-new-tokens; -1 when not given */
+    /* bench */
+    const char *contexts; /* --context N[,N...] (checked by the bench command) */
+    const char *batches;  /* --batch B[,B...] */
+    long warmup;          /* --warmup N; -1 when not given */
+    bool verbose;         /* --verbose: run prints its timings to stderr */
     int threads;          /* --threads; 0: every core */
     bool batch_size_given; /* --max-batch-size was on the command line */
     bool json;

@@ -145,8 +145,8 @@ static void print_plan(const json_t *j)
     printf("  %-24s %lld\n", "parameters", (long long)jint(j, "parameters"));
     print_human_bytes("weights", jint(j, "weight_bytes"));
     print_human_bytes("KV cache per token", jint(j, "kv_bytes_per_token"));
-    printf("  %-24s %lld tokens\n", "KV pool", (long long)jint(j, "kv_pool_tokens"));
-    print_human_bytes("KV pool", jint(j, "kv_pool_bytes"));
+    printf("  %-24s %lld tokens (see the attention backend above)\n", "KV pool",
+           (long long)jint(j, "kv_pool_tokens"));
     print_human_bytes("peak construction", jint(j, "peak_construction_bytes"));
     printf("  %-24s %lld\n", "attention layers", (long long)jint(j, "num_attention_layers"));
     printf("  %-24s %lld\n", "quantized linears", (long long)jint(j, "quantized_linears"));
@@ -261,7 +261,9 @@ static int resolve_or_explain(const lh_cli_args *a, bool explain)
     if (a->help) {
         printf("usage: llmhost %s MODEL [--json] [--config FILE.yaml] [--custom-module-dir DIR]...\n"
                "       [--dtype D] [--max-seq-len N] [--max-batch-size N] [--model-impl T[:MODE]]\n"
-               "       [--mm-encoder-only] [--quant SCHEME] [--allow-insecure-plugins]\n%s\n%s",
+               "       [--mm-encoder-only] [--quant SCHEME] [--allow-insecure-plugins]\n"
+               "       [--attn-backend NAME] [--attn-backend-fallback] [--set KEY=VALUE]...\n"
+               "%s\n%s",
                explain ? "explain" : "resolve",
                explain ? "Resolves MODEL, builds its module tree without allocating weights, and "
                          "prints the resolution trace and the memory plan.\n"

@@ -55,6 +55,8 @@ static int open_engine(const lh_cli_args *a, char *const *overrides, lh_host **h
                        lh_engine **e, lh_err *err)
 {
     *e = NULL;
+    if (a->log_level) /* before the library's first log line, which reads it */
+        setenv("LLMHOST_LOG", a->log_level, 1);
     lh_host_options opts = {.struct_size = sizeof opts,
                             .allow_insecure_plugins = a->allow_insecure};
     lh_status st = lh_validate_run_config(a->config_file, (const char *const *)overrides, err);
@@ -75,12 +77,15 @@ static int open_engine(const lh_cli_args *a, char *const *overrides, lh_host **h
 
 static const char run_help[] =
     "usage: llmhost run MODEL --prompt-tokens IDS [--prompt-tokens IDS]... [-n N] [--json]\n"
-    "       [--threads N] [--attn-backend NAME] [--config FILE.yaml] [run-config flags]\n"
+    "       [--verbose] [--threads N] [--attn-backend NAME] [--config FILE.yaml]\n"
+    "       [run-config flags]\n"
     "Greedy generation from token ids (comma-separated), all prompts in one batch (the batch\n"
     "size defaults to the number of prompts). Exactly N tokens per prompt: end-of-sequence\n"
     "ids do not stop generation yet.\n"
     "-n N (--max-new-tokens) new tokens per prompt (default 32). With --json, one line per\n"
-    "prompt: {\"tokens\": [generated ids]}.\n";
+    "prompt: {\"tokens\": [generated ids]}.\n"
+    "--verbose prints the timings of the prefill and the decode steps to stderr (see\n"
+    "`llmhost bench --help` for what each covers).\n";
 
 int lh_cli_run(const lh_cli_args *a)
 {
@@ -132,6 +137,20 @@ int lh_cli_run(const lh_cli_args *a)
     if (rc == 0 && lh_engine_generate_greedy(e, (const int32_t *const *)ids, lens,
                                              (int64_t)a->n_prompts, max_new, out, &err) != LH_OK)
         rc = report(&err);
+    lh_generate_stats gs = {.struct_size = sizeof gs};
+    if (rc == 0 && a->verbose && lh_engine_last_stats(e, &gs, &err) == LH_OK) {
+        fprintf(stderr, "llmhost run: prefill %lld tokens in %.6f s (%.1f tok/s)",
+                (long long)gs.prefill_tokens, gs.prefill_seconds,
+                gs.prefill_seconds > 0 ? (double)gs.prefill_tokens / gs.prefill_seconds : 0.0);
+        if (gs.decode_steps > 0)
+            fprintf(stderr, "; decode %lld steps x %zu sequence%s = %lld tokens in %.6f s "
+                    "(%.1f tok/s, %.3f ms/step)", (long long)gs.decode_steps, a->n_prompts,
+                    a->n_prompts == 1 ? "" : "s", (long long)gs.decode_tokens,
+                    gs.decode_seconds,
+                    gs.decode_seconds > 0 ? (double)gs.decode_tokens / gs.decode_seconds : 0.0,
+                    1e3 * gs.decode_seconds / (double)gs.decode_steps);
+        fputc('\n', stderr);
+    }
     for (size_t s = 0; rc == 0 && s < a->n_prompts; s++) {
         fputs(a->json ? "{\"tokens\": [" : "", stdout);
         for (int64_t k = 0; k < max_new; k++)
@@ -147,7 +166,8 @@ int lh_cli_run(const lh_cli_args *a)
 }
 
 static const char logits_help[] =
-    "usage: llmhost logits MODEL --tokens IDS --out FILE.npy [--threads N] [--config FILE.yaml]\n"
+    "usage: llmhost logits MODEL --tokens IDS --out FILE.npy [--threads N] [--attn-backend NAME]\n"
+    "       [--config FILE.yaml] [run-config flags]\n"
     "Writes the float32 logits of every position, shape [tokens, vocab], as a NumPy .npy file.\n";
 
 int lh_cli_logits(const lh_cli_args *a)

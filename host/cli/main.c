@@ -18,6 +18,8 @@ static const char usage_text[] =
     "  explain MODEL        the resolution trace and the memory plan (module tree, no weights)\n"
     "  run MODEL --prompt-tokens 1,2,3 [-n N] [--json]   greedy generation from token ids\n"
     "  logits MODEL --tokens 1,2,3 --out FILE.npy        float32 logits of every position\n"
+    "  bench MODEL [--context N,..] [--batch B,..] [-n STEPS] [--json]\n"
+    "                       prefill and decode tok/s of greedy generation on synthetic prompts\n"
     "  backends [--json]    attention backends and their capabilities (loads only those plugins)\n"
     "  version              versions of llmhost and of the plugin ABI\n"
     "\n"
@@ -34,7 +36,9 @@ static const char usage_text[] =
     "  --quant none|fp8|int8|int4   default quant scheme of linear layers\n"
     "  --log-level error|warn|info|debug   (or $LLMHOST_LOG)\n"
     "  --threads N                  kernel threads (default: every core)\n"
+    "  --verbose                    run: print the prefill / decode timings to stderr\n"
     "  --attn-backend NAME          attention backend (default: vanilla; see `llmhost backends`)\n"
+    "                               (run, logits, explain, bench)\n"
     "  --attn-backend-fallback      an unavailable backend falls back to the default (logged)\n"
     "  --weight-placement auto|mmap|huge_pages   where weights live once loaded\n"
     "  --set KEY=VALUE              any run-config key, e.g. kv_cache.dtype=fp8,\n"
@@ -88,9 +92,11 @@ int main(int argc, char **argv)
         rc = lh_cli_run(&a);
     } else if (strcmp(a.command, "logits") == 0) {
         rc = lh_cli_logits(&a);
+    } else if (strcmp(a.command, "bench") == 0) {
+        rc = lh_cli_bench(&a);
     } else {
         fprintf(stderr, "llmhost: unknown command '%s'; commands: list, resolve, explain, "
-                        "backends, run, logits, version, help\n", a.command);
+                        "backends, run, logits, bench, version, help\n", a.command);
         rc = LH_E_USAGE;
     }
     lh_cli_args_free(&a);

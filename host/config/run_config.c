@@ -725,7 +725,7 @@ static lh_status y_speculative(rc_ctx *c, const lh_ynode *n)
     if (!kn)
         return yerr(c, n, "speculative",
                     "missing required key 'num_tokens' (tokens drafted per step, >= 1)");
-    const char *mode;
+    const char *mode = NULL;
     if ((st = y_string(c, mn, "speculative.mode",
                        "a speculative decoding mode (e.g. eagle3, mtp, draft_model)", &mode)))
         return st;
@@ -852,7 +852,7 @@ static lh_status y_rules(rc_ctx *c, const lh_ynode *n, int64_t default_group,
                           : "missing required key 'scheme' (none, fp8, int8 or int4)");
             goto fail;
         }
-        const char *pattern;
+        const char *pattern = NULL;
         snprintf(sub, sizeof sub, "%s.pattern", path);
         if ((st = y_string(c, pn, sub, "a non-empty glob pattern", &pattern)))
             goto fail;
@@ -902,7 +902,7 @@ static lh_status y_excludes(rc_ctx *c, const lh_ynode *n, char ***out, size_t *n
     for (size_t i = 0; i < n->n; i++) {
         char path[64];
         snprintf(path, sizeof path, "quant.exclude_modules[%zu]", i);
-        const char *s;
+        const char *s = NULL;
         if ((st = y_string(c, n->items[i], path, "a non-empty glob pattern", &s)))
             goto fail;
         if (!(ex[count] = lh_strdup(s))) {
@@ -1019,7 +1019,7 @@ static lh_status apply_tree(rc_ctx *c, const lh_ynode *root)
             if ((st = y_kv_cache(c, v)))
                 return st;
         } else if (strcmp(k, "attn_backend") == 0) {
-            const char *name;
+            const char *name = NULL;
             if ((st = y_string(c, v, k, "an attention backend name", &name)))
                 return st;
             if ((st = set_backend_name(rc, name, c->err)))
@@ -1671,16 +1671,46 @@ lh_status lh_run_config_validate_with(const lh_run_config *rc, const lh_validati
         return LH_OK;
     lh_attn_need needs[LH_ATTN_MAX_NEEDS];
     size_t n = lh_attn_needs(rc, facts->geo, facts->model_path, needs);
-    for (size_t i = 0; i < n; i++)
-        if (needs[i].needed && !(facts->attn_caps & needs[i].bit))
-            return lh_err_set(err, LH_E_UNSUPPORTED,
-                              "attention backend '%s' does not support %s, which this run needs "
-                              "(because %s); see `llmhost backends`",
-                              facts->attn_backend, needs[i].capability, needs[i].because);
+    /* every missing capability in one message, so one round of fixes is enough */
+    char missing[1400] = "";
+    size_t used = 0, n_missing = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!needs[i].needed || (facts->attn_caps & needs[i].bit))
+            continue;
+        if (!n_missing)
+            first = i;
+        int w = snprintf(missing + used, sizeof missing - used, "%s%s (because %s)",
+                         n_missing ? "; " : "", needs[i].capability, needs[i].because);
+        n_missing++;
+        if (w > 0)
+            used += (size_t)w < sizeof missing - used ? (size_t)w : sizeof missing - used - 1;
+    }
+    if (n_missing == 1)
+        return lh_err_set(err, LH_E_UNSUPPORTED,
+                          "attention backend '%s' does not support %s, which this run needs "
+                          "(because %s); see `llmhost backends`",
+                          facts->attn_backend, needs[first].capability, needs[first].because);
+    if (n_missing > 1)
+        return lh_err_set(err, LH_E_UNSUPPORTED,
+                          "attention backend '%s' lacks %zu capabilities this run needs: %s; see "
+                          "`llmhost backends`", facts->attn_backend, n_missing, missing);
     return LH_OK;
 }
 
 lh_status lh_run_config_validate(const lh_run_config *rc, lh_err *err)
 {
     return lh_run_config_validate_with(rc, NULL, err);
+}
+
+int64_t lh_run_max_seq_len(const lh_run_config *rc, const lh_model_geometry *g)
+{
+    if (rc && rc->max_seq_len > 0)
+        return rc->max_seq_len;
+    int64_t n = g->max_position_embeddings > 0 ? g->max_position_embeddings : 4096;
+    if (g->rope_scaling.kind && strcmp(g->rope_scaling.kind, "dynamic") == 0 &&
+        g->rope_scaling.factor > 1.0) {
+        double scaled = (double)n * g->rope_scaling.factor;
+        n = scaled < (double)INT32_MAX ? (int64_t)scaled : INT32_MAX;
+    }
+    return n < INT32_MAX ? n : INT32_MAX;
 }

@@ -212,6 +212,10 @@ lh_status lh_run_config_validate_with(const lh_run_config *rc, const lh_validati
 /* lh_run_config_validate_with(rc, NULL, err). */
 lh_status lh_run_config_validate(const lh_run_config *rc, lh_err *err);
 void lh_run_config_free(lh_run_config *rc);
+/* The longest sequence a run holds: max_seq_len from the run config (rc may be NULL), else
+ * the model's max_position_embeddings (4096 when absent) x the factor of dynamic NTK scaling
+ * (which exists to go beyond it), capped at INT32_MAX (positions are int32). */
+int64_t lh_run_max_seq_len(const lh_run_config *rc, const lh_model_geometry *g);
 /* JSON view for explain (new reference): values and their origins. */
 json_t *lh_run_config_to_json(const lh_run_config *rc);
 /* "default", "flag", or "FILE:LINE:COL". Writes into buf, returns buf. */

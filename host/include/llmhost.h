@@ -127,6 +127,34 @@ LH_EXPORT lh_status lh_engine_generate_greedy(lh_engine *e, const int32_t *const
                                               const int64_t *lens, int64_t n_seqs,
                                               int64_t max_new, int32_t *out, lh_err *err);
 
+/* Timings of the engine's last lh_engine_generate_greedy call, measured with CLOCK_MONOTONIC.
+ * The prefill is the one packed step over every prompt plus the greedy choice of each
+ * sequence's first new token: prefill_tokens = the sum of the prompt lengths. Each decode step
+ * feeds one token per sequence and chooses the next: decode_steps = max_new - 1 (0 when max_new
+ * <= 1), decode_tokens = decode_steps x n_seqs. Argument checks, buffer allocation and the
+ * release of the sequences are in neither phase.
+ * Derived rates: prefill tok/s = prefill_tokens / prefill_seconds, decode tok/s =
+ * decode_tokens / decode_seconds, time per decode step = decode_seconds / decode_steps. */
+typedef struct lh_generate_stats {
+    uint32_t struct_size; /* set by the caller to sizeof(lh_generate_stats) */
+    int64_t prefill_tokens;
+    double prefill_seconds;
+    int64_t decode_steps;
+    int64_t decode_tokens;
+    double decode_seconds;
+} lh_generate_stats;
+
+/* Copies the last generate call's timings into *out. Every call of lh_engine_generate_greedy
+ * resets them first, so a call refused before its first step leaves zeros and a call that
+ * failed midway reports the phases and decode steps it completed; before the first call they
+ * are zero. lh_engine_logits does not touch them. out->struct_size must be at least
+ * sizeof(lh_generate_stats) of this library; struct_size is left as the caller set it and
+ * bytes beyond this library's fields (a newer, larger struct) are not written.
+ * Errors: LH_E_USAGE for a NULL engine or out, or a struct_size smaller than this library's
+ * (nothing is written then). */
+LH_EXPORT lh_status lh_engine_last_stats(const lh_engine *e, lh_generate_stats *out,
+                                         lh_err *err);
+
 /* Writes data [rows, cols] float32 to `path` as a NumPy .npy file ('<f4', C order), the
  * format of `llmhost logits --out`. Errors: LH_E_IO naming the path. */
 LH_EXPORT lh_status lh_save_npy_f32(const char *path, const float *data, int64_t rows,

@@ -573,8 +573,7 @@ lh_status lh_model_build(const lh_host_api *api, const lh_model_provider *prov,
         m->b->kv_k_bits = lh_k_dtype_bits(rc->kv_cache.k_dtype);
     if (rc && rc->kv_cache.v_dtype != LH_DTYPE_INVALID)
         m->b->kv_v_bits = lh_k_dtype_bits(rc->kv_cache.v_dtype);
-    int64_t seq = rc && rc->max_seq_len > 0 ? rc->max_seq_len : cfg->geo.max_position_embeddings;
-    m->max_seq_len = seq > 0 ? seq : 0;
+    m->max_seq_len = lh_run_max_seq_len(rc, &cfg->geo); /* what the engine's cache will hold */
     m->max_batch_size = rc && rc->max_batch_size > 0 ? rc->max_batch_size : 1;
 
     lh_status st = prov->construct(api, m->b, cfg);

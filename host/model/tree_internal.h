@@ -95,7 +95,7 @@ struct lh_build {
 struct lh_model {
     lh_build *b;                 /* owns the tree */
     char *provider;              /* architecture name, for messages */
-    int64_t max_seq_len;         /* resolved: run config, else max_position_embeddings, else 0 */
+    int64_t max_seq_len;         /* resolved: lh_run_max_seq_len (run_config.h) */
     int64_t max_batch_size;      /* run config, else 1 */
     int64_t quantized_linears;
     /* The checkpoint the weights are bound from: owned by the model once

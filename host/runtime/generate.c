@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct step_buf {
     int32_t *tokens, *positions;
@@ -42,6 +43,14 @@ static lh_status step_buf_alloc(step_buf *b, int64_t tokens, int64_t seqs, int64
                           (long long)tokens);
     }
     return LH_OK;
+}
+
+/* Seconds on CLOCK_MONOTONIC (never steps back with the wall clock). */
+static double mono_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static lh_attn_step make_step(const step_buf *b, int64_t n_tokens, int64_t n_seqs)
@@ -107,8 +116,13 @@ static lh_status check_pool(const lh_decoder *d, const int64_t *lens, int64_t n_
 
 lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const *prompts,
                              const int64_t *lens, int64_t n_seqs, int64_t max_new, int32_t *out,
-                             lh_err *err)
+                             lh_generate_stats *stats, lh_err *err)
 {
+    lh_generate_stats dummy = {0};
+    if (!stats)
+        stats = &dummy;
+    const uint32_t keep = stats->struct_size;
+    *stats = (lh_generate_stats){.struct_size = keep};
     if (n_seqs <= 0 || max_new < 0)
         return lh_err_set(err, LH_E_USAGE, "generate: %lld sequences, %lld new tokens",
                           (long long)n_seqs, (long long)max_new);
@@ -156,12 +170,19 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
         b.out_rows[s] = t - 1;
     }
     lh_attn_step step = make_step(&b, total, n_seqs);
+    double t0 = mono_seconds();
     st = lh_decoder_forward(d, kctx, &step, b.tokens, b.out_rows, n_seqs, b.logits, err);
     if (st == LH_OK)
         st = pick(d, kctx, b.logits, n_seqs, b.tokens, err);
+    double t1 = mono_seconds();
+    if (st == LH_OK) {
+        stats->prefill_tokens = total;
+        stats->prefill_seconds = t1 - t0;
+    }
     for (int64_t s = 0; s < n_seqs && st == LH_OK; s++)
         out[s * max_new] = b.tokens[s];
-    /* decode: one new token per sequence per step */
+    /* decode: one new token per sequence per step; the clock runs across the steps (their
+     * input assembly included), and what completed is recorded after each one */
     for (int64_t k = 1; k < max_new && st == LH_OK; k++) {
         for (int64_t s = 0; s < n_seqs; s++) {
             b.token_start[s] = s;
@@ -175,6 +196,12 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
         st = lh_decoder_forward(d, kctx, &step, b.tokens, b.out_rows, n_seqs, b.logits, err);
         if (st == LH_OK)
             st = pick(d, kctx, b.logits, n_seqs, b.tokens, err);
+        if (st == LH_OK) {
+            double t2 = mono_seconds();
+            stats->decode_steps = k;
+            stats->decode_tokens = k * n_seqs;
+            stats->decode_seconds = t2 - t1;
+        }
         for (int64_t s = 0; s < n_seqs && st == LH_OK; s++)
             out[s * max_new + k] = b.tokens[s];
     }

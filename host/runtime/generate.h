@@ -3,15 +3,18 @@
 #define LH_RUNTIME_GENERATE_H
 
 #include "decoder.h"
+#include "llmhost.h"
 
 /* Greedy continuation of n_seqs prompts, all in one packed prefill step and then one packed
  * decode step per new token. out receives max_new ids per sequence, row-major [n_seqs,
  * max_new]. Sequence slots 0..n_seqs-1 are used and released. Errors: LH_E_USAGE (empty
  * prompt, more sequences than slots, token id outside the vocabulary), kernel and attention
- * errors, LH_E_NOMEM. */
+ * errors, LH_E_NOMEM.
+ * stats (may be NULL) is reset on entry (its struct_size kept) and receives the timings of
+ * the phases that ran, as llmhost.h describes for lh_engine_last_stats (CLOCK_MONOTONIC). */
 lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const *prompts,
                              const int64_t *lens, int64_t n_seqs, int64_t max_new, int32_t *out,
-                             lh_err *err);
+                             lh_generate_stats *stats, lh_err *err);
 
 /* Logits of every position of one sequence, [n, vocab] row-major, in one prefill step
  * (slot 0, released afterwards). */

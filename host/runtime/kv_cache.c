@@ -104,11 +104,20 @@ lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int
     p->summaries = summaries;
     p->max_seqs = max_seqs;
     p->max_seq_len = max_seq_len;
+    /* the bounds above keep one block of one layer below 2^20 x 2^32 x 2 x 4 bytes (< 2^56);
+     * across layers it may not fit: checked */
     const size_t tok_elems = (size_t)kv_heads * (size_t)head_dim;
-    p->kv_bytes_per_token = (size_t)n_layers * tok_elems *
-                            (lh_k_dtype_bits(p->k_dtype) + lh_k_dtype_bits(p->v_dtype)) / 8;
     const part_sizes s = block_parts(p);
-    p->block_bytes = (size_t)n_layers * (s.k + s.v + s.k_scale + s.v_scale + 2 * s.summary);
+    const size_t layer_block = s.k + s.v + s.k_scale + s.v_scale + 2 * s.summary;
+    if (__builtin_mul_overflow((size_t)n_layers, layer_block, &p->block_bytes) ||
+        __builtin_mul_overflow((size_t)n_layers * tok_elems,
+                               (size_t)(lh_k_dtype_bits(p->k_dtype) + lh_k_dtype_bits(p->v_dtype)),
+                               &p->kv_bytes_per_token))
+        return lh_err_set(err, LH_E_CONFIG, "KV cache: one block of %lld tokens over %lld layers "
+                          "(%lld kv heads x head_dim %lld) overflows the address space",
+                          (long long)p->block_size, (long long)n_layers, (long long)kv_heads,
+                          (long long)head_dim);
+    p->kv_bytes_per_token /= 8;
     const int64_t per_seq = (max_seq_len + p->block_size - 1) / p->block_size;
     if (kv->max_tokens > 0) {
         p->num_blocks = (kv->max_tokens + p->block_size - 1) / p->block_size;

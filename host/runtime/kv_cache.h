@@ -62,7 +62,8 @@ void lh_kv_cache_free(lh_kv_cache *c);
  * max_seq_len tokens), LH_E_UNSUPPORTED (out of blocks: needed, free, total). */
 lh_status lh_kv_cache_reserve(lh_kv_cache *c, const int64_t *slots, const int64_t *tokens,
                               int64_t n, lh_err *err);
-/* Gives the slot's blocks back (most recently taken first on the free list). */
+/* Gives the slot's blocks back; the slot's first block ends on top of the free list, so a
+ * sequence that takes the slot next reuses the same blocks in the same order. */
 void lh_kv_cache_release(lh_kv_cache *c, int64_t slot);
 
 /* The slot's block table and its length (NULL for a slot outside the range). */

@@ -9,7 +9,11 @@
  * warm-up step, and reports the mean time per step in microseconds; "speedup" is vanilla /
  * paged. The ISA is the best this CPU has (LLMHOST_KERNELS_ISA forces one).
  *
- *   bench_paged [--seconds 0.2] [--threads N]... [--ctx S]... [--batch B]... */
+ * Every cache and the pool start on a 64-byte boundary (the host's pool is page-aligned);
+ * --misalign starts them all 16 bytes past one instead, as glibc's malloc does for large
+ * blocks, so that every 256-byte head row straddles one more cache line.
+ *
+ *   bench_paged [--seconds 0.2] [--threads N]... [--ctx S]... [--batch B]... [--misalign] */
 #include "lh_kernels.h"
 
 #include <math.h>
@@ -34,6 +38,25 @@ static float frand(void)
     rng ^= rng >> 17;
     rng ^= rng << 5;
     return (float)(rng >> 8) / 16777216.0f - 0.5f;
+}
+
+static size_t g_offset; /* bytes past a 64-byte boundary for the big buffers */
+
+/* A big buffer of n floats, g_offset bytes past a 64-byte boundary; free with big_free. */
+static float *big_alloc(size_t n)
+{
+    void *base = NULL;
+    if (posix_memalign(&base, 64, n * sizeof(float) + 64) != 0) {
+        fprintf(stderr, "bench_paged: out of memory\n");
+        exit(1);
+    }
+    return (float *)(void *)((char *)base + g_offset);
+}
+
+static void big_free(float *p)
+{
+    if (p)
+        free((char *)p - g_offset);
 }
 
 static void *xmalloc(size_t n)
@@ -80,8 +103,8 @@ static void setup_init(setup *s, lh_kctx *ctx, int64_t B, int64_t S)
         s->q[i] = frand();
     s->kc = xmalloc((size_t)B * sizeof(float *));
     s->vc = xmalloc((size_t)B * sizeof(float *));
-    s->pk = xmalloc((size_t)(NB * BS * KVH * D) * sizeof(float));
-    s->pv = xmalloc((size_t)(NB * BS * KVH * D) * sizeof(float));
+    s->pk = big_alloc((size_t)(NB * BS * KVH * D));
+    s->pv = big_alloc((size_t)(NB * BS * KVH * D));
     s->tables = xmalloc((size_t)NB * sizeof(int32_t));
     s->pos = xmalloc((size_t)B * sizeof(int32_t));
     s->tab_ptrs = xmalloc((size_t)B * sizeof(int32_t *));
@@ -104,8 +127,8 @@ static void setup_init(setup *s, lh_kctx *ctx, int64_t B, int64_t S)
     s->kv.k = lh_tensor_cpu(LH_DTYPE_F32, s->pk, 4, shape);
     s->kv.v = lh_tensor_cpu(LH_DTYPE_F32, s->pv, 4, shape);
     for (int64_t b = 0; b < B; b++) {
-        s->kc[b] = xmalloc((size_t)(S * KVH * D) * sizeof(float));
-        s->vc[b] = xmalloc((size_t)(S * KVH * D) * sizeof(float));
+        s->kc[b] = big_alloc((size_t)(S * KVH * D));
+        s->vc[b] = big_alloc((size_t)(S * KVH * D));
         for (int64_t i = 0; i < S * KVH * D; i++) {
             s->kc[b][i] = frand();
             s->vc[b][i] = frand();
@@ -135,15 +158,15 @@ static void setup_init(setup *s, lh_kctx *ctx, int64_t B, int64_t S)
 static void setup_free(setup *s)
 {
     for (int64_t b = 0; b < s->B; b++) {
-        free(s->kc[b]);
-        free(s->vc[b]);
+        big_free(s->kc[b]);
+        big_free(s->vc[b]);
     }
     free(s->kc);
     free(s->vc);
     free(s->q);
     free(s->out);
-    free(s->pk);
-    free(s->pv);
+    big_free(s->pk);
+    big_free(s->pv);
     free(s->tables);
     free(s->pos);
     free(s->tab_ptrs);
@@ -210,9 +233,11 @@ int main(int argc, char **argv)
             ctxs[n_ctx++] = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc && n_batch < 8)
             batches[n_batch++] = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--misalign"))
+            g_offset = 16;
         else {
             fprintf(stderr, "usage: bench_paged [--seconds S] [--threads N]... [--ctx S]... "
-                            "[--batch B]...\n");
+                            "[--batch B]... [--misalign]\n");
             return 2;
         }
     }
@@ -241,8 +266,8 @@ int main(int argc, char **argv)
         }
     lh_device cpu = {LH_DEVICE_CPU, 0};
     printf("bench_paged: decode step, %d heads / %d kv heads, head_dim %d, f32; pool block %d "
-           "NHD\n",
-           H, KVH, D, BS);
+           "NHD; caches and pool %s\n",
+           H, KVH, D, BS, g_offset ? "16 bytes past a 64-byte boundary" : "64-byte aligned");
     printf("%7s %6s %5s %6s %12s %12s %12s %8s\n", "threads", "isa", "ctx", "batch",
            "vanilla us", "paged us", "per-seq us", "speedup");
     for (int ti = 0; ti < n_threads; ti++) {

@@ -1,17 +1,22 @@
 /* Attention over a paged KV cache for a packed batch of sequences (the single-sequence entry
  * point is a batch of one).
  *
- * Work items: (sequence, query tile, kv head, group of query heads, context partition), all
- * of the batch in one thread-pool job:
- *  - a query tile is up to PA_TILE_T consecutive query tokens of one sequence; all heads of a
- *    GQA group read the same kv head, so an item converts each needed block of that kv head
- *    once (bf16, f16, fp8 pools; f32 is read in place) and uses it for every (token, head) of
- *    the item;
+ * Work items: (sequence, query tile, head range, context partition), all of the batch in one
+ * thread-pool job:
+ *  - a query tile is up to PA_TILE_T consecutive query tokens of one sequence;
+ *  - a head range is a run of query heads; an item takes all of them unless the pool needs
+ *    more items than sequences x tiles x partitions give (and the work is large enough to
+ *    pay for the split, PA_ITEM_WORK). For each block and each kv head its heads read, an
+ *    item converts the rows it needs once (bf16, f16, fp8; f32 is read in place) and uses
+ *    them for every (token, head) of the item, so a whole block is read once, in order (with
+ *    NHD a kv head's rows are strided: reading one head at a time would drag the others'
+ *    cache lines along), and the next block is prefetched (a sequence's blocks are
+ *    scattered, which hides them from the hardware prefetcher);
  *  - a partition is a range of whole blocks of the sequence's visible context. Decode steps
  *    (T <= PA_DECODE_MAX_T) split the visible span into partitions of about PA_PART_TOKENS
  *    tokens (flash-decoding: the partitions of a long context run in parallel); otherwise
  *    there is one partition. The partitioning of a sequence depends on its T, positions,
- *    ctx_len, the block size and params only; the tiling and head grouping (chosen from the
+ *    ctx_len, the block size and params only; the tiling and head ranges (chosen from the
  *    thread count and the batch) never change a value, so results do not depend on the
  *    thread count or on the other sequences of the batch.
  * Within an item every (token, head) is computed exactly as lh_k_attention computes it: the
@@ -21,21 +26,22 @@
  * partition that is the result; with several, each partition's (max m_i, sum s_i, normalized
  * output o_i) is kept and merged: out = sum_i (s_i e^(m_i - M) / S) o_i with M = max_i m_i and
  * S = sum_i s_i e^(m_i - M), partitions with nothing visible skipped. The merge of a (tile,
- * kv head, head group) is done by whichever of its partition items finishes last (an atomic
- * count), so a decode step is one dispatch; the merge's arithmetic does not depend on who
- * runs it.
+ * head range) is done by whichever of its partition items finishes last (an atomic count),
+ * so a decode step is one dispatch; the merge's arithmetic does not depend on who runs it.
+ * Working memory (plans, partials, counts, rotated q) lives in the context's arena and
+ * per-thread scratch: a steady stream of calls allocates nothing.
  *
  * Fused RoPE: q is first copied and rotated (lh_k_rope_apply's own helpers, each sequence
- * with seq_len = its ctx_len) into the context's arena; by the caller for a few rows, in a
- * job of its own for many.
+ * with seq_len = its ctx_len) into the arena; by the caller for a few rows, in a job of its
+ * own for many.
  *
- * Sparse (Quest) selection: an item is (sequence, query tile, kv head, head group) and walks
- * the sequence's partitions itself. For each of its (token, head) rows it first picks the
- * blocks (local ones, then the top_k best by the bound sum_d max(q_d kmin_d, q_d kmax_d),
- * ties to the lower block, by a heap of top_k), then computes every partition exactly as the
- * dense path does, restricted to the chosen blocks, and merges the partials as the dense path
- * does. So when the choice covers every visible block the result is the dense one, bit for
- * bit. */
+ * Sparse (Quest) selection: an item is (sequence, query tile, head range) and walks the
+ * sequence's partitions itself. For each of its (token, head) rows it first picks the blocks
+ * (the local ones, then the top_k best by the bound sum_d max(q_d kmin_d, q_d kmax_d), ties
+ * to the lower block, NaN bounds last, by a heap of top_k), then computes every partition
+ * exactly as the dense path does, restricted to the chosen blocks, and merges the partials
+ * as the dense path does. So when the choice covers every visible block the result is the
+ * dense one, bit for bit. */
 #include "paged_kernels.h"
 
 #include <math.h>
@@ -155,7 +161,7 @@ typedef struct pa_seq {
     int64_t TQ, n_tiles;    /* query tiles */
     int64_t item0;          /* its first work item */
     float *pm, *ps, *po;    /* P > 1: per-partition max, sum [P][T][H], output [P][T][H][D] */
-    atomic_int *left;       /* P > 1, dense: partitions to go, per (tile, kv head, head group) */
+    _Atomic int64_t *left;  /* P > 1, dense: partitions to go, per (tile, head range) */
 } pa_seq;
 
 typedef struct pa_job {
@@ -169,11 +175,10 @@ typedef struct pa_job {
     pa_seq *seqs;           /* the sequences with rows, item0 increasing */
     int64_t n_seqs;
     /* per-thread scratch: scores, conversion buffer, row counts; sparse: chosen flags
-     * [rows][sel_nblk] and the top-k heap */
+     * [rows][the sequence's blocks] and the top-k heap */
     float *scratch;
     size_t stride;          /* floats */
     size_t off_buf, off_cnt, off_sel, off_heap_s, off_heap_i; /* bytes */
-    int64_t sel_nblk;
     const lh_rope *rope;    /* the RoPE pre-pass */
     const float *q_in;
     float *q_rot;
@@ -514,7 +519,7 @@ static void pa_item(int64_t idx, int tid, void *user)
     if (!j->sparse) {
         pa_part(j, sq, &sp, part, NULL, sc, buf, cnt);
         if (sq->P > 1) {
-            atomic_int *left = sq->left + tile * j->n_hg + hg;
+            _Atomic int64_t *left = sq->left + tile * j->n_hg + hg;
             /* the last partition done merges: acq_rel publishes every partition's partials */
             if (atomic_fetch_sub_explicit(left, 1, memory_order_acq_rel) == 1)
                 pa_merge_span(j, sq, &sp);
@@ -574,7 +579,7 @@ lh_status lh_cpu_paged_attention(lh_kctx *ctx, const char *fn, const lh_tensor *
     const int64_t half = prm->rope ? prm->rope->rotary_dim / 2 : 0;
     const size_t sz_seqs = align64((size_t)n_act * sizeof(pa_seq));
     const size_t sz_part = align64(partial_floats * sizeof(float));
-    const size_t sz_cnt = align64(counters * sizeof(atomic_int));
+    const size_t sz_cnt = align64(counters * sizeof(_Atomic int64_t));
     const size_t sz_rot = prm->rope ? align64((size_t)(Tq * H * D) * sizeof(float)) : 0;
     const size_t sz_dyn = rope_dyn ? align64((size_t)(n_act * half) * sizeof(float)) : 0;
     unsigned char *arena = lh_cpu_arena(ctx, sz_seqs + sz_part + sz_cnt + sz_rot + sz_dyn);
@@ -583,7 +588,7 @@ lh_status lh_cpu_paged_attention(lh_kctx *ctx, const char *fn, const lh_tensor *
                        sz_seqs + sz_part + sz_cnt + sz_rot + sz_dyn);
     j.seqs = (pa_seq *)(void *)arena;
     float *partials = (float *)(void *)(arena + sz_seqs);
-    atomic_int *left = (atomic_int *)(void *)(arena + sz_seqs + sz_part);
+    _Atomic int64_t *left = (_Atomic int64_t *)(void *)(arena + sz_seqs + sz_part);
     j.q_rot = prm->rope ? (float *)(void *)(arena + sz_seqs + sz_part + sz_cnt) : NULL;
     float *dyn = (float *)(void *)(arena + sz_seqs + sz_part + sz_cnt + sz_rot);
 
@@ -594,7 +599,7 @@ lh_status lh_cpu_paged_attention(lh_kctx *ctx, const char *fn, const lh_tensor *
      * time drags the others' cache lines along). */
     const int64_t threads = ctx->n_threads;
     int64_t target = 1;
-    if (threads > 1)
+    if (threads > 1 && work >= 2 * PA_ITEM_WORK)
         target = imax(threads, imin(4 * threads, work / PA_ITEM_WORK));
     j.hsz = H;
     j.n_hg = 1;
@@ -652,7 +657,7 @@ lh_status lh_cpu_paged_attention(lh_kctx *ctx, const char *fn, const lh_tensor *
                 sq->left = left + left_off;
                 const int64_t groups = sq->n_tiles * j.n_hg;
                 for (int64_t g = 0; g < groups; g++)
-                    atomic_init(&sq->left[g], (int)sq->P);
+                    atomic_init(&sq->left[g], sq->P);
                 left_off += (size_t)groups;
             }
         }
@@ -673,7 +678,6 @@ lh_status lh_cpu_paged_attention(lh_kctx *ctx, const char *fn, const lh_tensor *
     off += align64((size_t)max_rows * sizeof(int64_t));
     if (sparse) {
         const int64_t kh = imax(1, imin(prm->top_k, max_nblk));
-        j.sel_nblk = max_nblk;
         j.off_sel = off;
         off += align64((size_t)(max_rows * max_nblk));
         j.off_heap_s = off;

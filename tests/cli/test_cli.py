@@ -6,6 +6,7 @@ Environment (set by tests/meson.build): LH_LLMHOST_EXE, LH_FIXTURES, LH_TEST_PLU
 LH_BUILTIN_PLUGINS. Prints one line `LH-TEST-SUMMARY passed=P failed=F skipped=S` at the end.
 """
 import json
+import math
 import os
 import re
 import shutil
@@ -207,6 +208,19 @@ class TestCommands(CliTestCase):
 
     def test_explain_help(self):
         self.check_help("explain", "-h")
+
+    def test_bench_help(self):
+        self.check_help("bench", "--help")
+        rc, out, err = cli("bench", "--help")
+        for flag in ("--context", "--batch", "-n STEPS", "--attn-backend", "--json", "--warmup"):
+            self.assertIn(flag, out)
+
+    def test_top_level_help_lists_bench(self):
+        rc, out, err = cli("help")
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"\n  bench MODEL")
+        rc, out, err = cli("frobnicate")
+        self.assertIn("bench", err)  # the list of commands in the error names it too
 
     def test_version_help(self):
         self.check_help("version", "--help")
@@ -1169,6 +1183,333 @@ class TestInference(CliTestCase):
         rc, out, err = cli("run", os.path.join(MODELS, "llama-mha-f32"), "--prompt-tokens", "1",
                            "--attn-backend", "vanila")
         self.assert_error((rc, out, err), 4, "unknown-name", "vanila", "vanilla")
+
+
+# ---- attention: bench, explain decisions, validation through the CLI -------------------------
+
+def is_pos_finite(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+class TestBench(CliTestCase):
+    MODEL = "llama-gqa-bf16"
+
+    def model(self):
+        return os.path.join(MODELS, self.MODEL)
+
+    def bench_json(self, *flags):
+        return self.ok_json("bench", self.model(), "--json", "--threads", "1", *flags)
+
+    def test_bench_json_grid_for_both_backends(self):
+        for backend in ("vanilla", "paged"):
+            with self.subTest(backend=backend):
+                j = self.bench_json("--attn-backend", backend, "--context", "8,16", "--batch",
+                                    "1,2", "-n", "4")
+                # the settings are echoed
+                self.assertEqual(j["backend"], backend)
+                self.assertEqual(j["contexts"], [8, 16])
+                self.assertEqual(j["batches"], [1, 2])
+                self.assertEqual(j["steps"], 4)
+                self.assertEqual(j["threads"], 1)
+                self.assertEqual(j["architecture"], "LlamaForCausalLM")
+                # bench sizes the engine itself: longest context + steps - 1, largest batch
+                self.assertEqual(j["max_seq_len"], 16 + 4 - 1)
+                self.assertEqual(j["max_batch_size"], 2)
+                cells = j["cells"]
+                self.assertEqual([(c["context"], c["batch"]) for c in cells],
+                                 [(8, 1), (8, 2), (16, 1), (16, 2)])
+                for c in cells:
+                    self.assertEqual(c["prefill_tokens"], c["context"] * c["batch"])
+                    self.assertEqual(c["decode_steps"], 3)
+                    self.assertEqual(c["decode_tokens"], 3 * c["batch"])
+                    for key in ("prefill_seconds", "prefill_tok_s", "decode_seconds",
+                                "decode_tok_s", "ms_per_step"):
+                        self.assertTrue(is_pos_finite(c[key]), (key, c))
+                    self.assertAlmostEqual(c["prefill_tok_s"],
+                                           c["prefill_tokens"] / c["prefill_seconds"],
+                                           delta=1e-6 * c["prefill_tok_s"])
+                    self.assertAlmostEqual(c["decode_tok_s"],
+                                           c["decode_tokens"] / c["decode_seconds"],
+                                           delta=1e-6 * c["decode_tok_s"])
+                    self.assertAlmostEqual(c["ms_per_step"], 1e3 * c["decode_seconds"] / 3,
+                                           delta=1e-6 * c["ms_per_step"])
+
+    def test_bench_llama_mha_defaults(self):
+        # defaults: context 128, batch 1, 32 new tokens
+        rc, out, err = cli("bench", os.path.join(MODELS, "llama-mha-f32"), "--json",
+                           "--threads", "1", "--warmup", "0")
+        self.assertEqual(rc, 0, err)
+        j = json.loads(out)
+        self.assertEqual((j["contexts"], j["batches"], j["steps"], j["warmup"]),
+                         ([128], [1], 32, 0))
+        self.assertEqual(len(j["cells"]), 1)
+        self.assertEqual(j["cells"][0]["decode_steps"], 31)
+        self.assertEqual(j["max_seq_len"], 128 + 31)
+
+    def test_bench_one_step_has_no_decode_figures(self):
+        j = self.bench_json("--context", "4", "-n", "1")
+        c = j["cells"][0]
+        self.assertEqual((c["decode_steps"], c["decode_tokens"]), (0, 0))
+        self.assertIsNone(c["decode_tok_s"])
+        self.assertIsNone(c["ms_per_step"])
+        self.assertTrue(is_pos_finite(c["prefill_tok_s"]))
+
+    def test_bench_text_table(self):
+        rc, out, err = cli("bench", self.model(), "--attn-backend", "paged", "--context", "8,16",
+                           "--batch", "1,2", "-n", "4", "--threads", "1")
+        self.assertEqual(rc, 0, err)
+        lines = out.strip().splitlines()
+        header = [l for l in lines if l.startswith("backend")]
+        self.assertEqual(len(header), 1, out)
+        for col in ("threads", "context", "batch", "prefill tok/s", "decode tok/s", "ms/step"):
+            self.assertIn(col, header[0])
+        rows = [l.split() for l in lines if l.startswith("paged ")]
+        self.assertEqual([(r[1], r[2], r[3]) for r in rows],
+                         [("1", "8", "1"), ("1", "8", "2"), ("1", "16", "1"), ("1", "16", "2")])
+        for r in rows:
+            self.assertTrue(all(is_pos_finite(float(x)) for x in r[4:7]), r)
+
+    def test_bench_unknown_backend_names_the_available_ones(self):
+        self.assert_error(cli("bench", self.model(), "--attn-backend", "nope"), 4,
+                          "unknown-name", "'nope'", "available", "paged", "vanilla")
+
+    def test_bench_bad_lists_are_usage_errors(self):
+        for flag, bad in (("--context", "0"), ("--context", "8,x"), ("--context", ""),
+                          ("--context", "8,"), ("--context", "1,,2"), ("--context", "-8"),
+                          ("--context", "+8"), ("--context", "8 16"), ("--context", "8.5"),
+                          ("--context", "99999999999999999999"), ("--batch", "0"),
+                          ("--batch", "65537"), ("--batch", "1;2"), ("--batch", "two")):
+            with self.subTest(flag=flag, value=bad):
+                self.assert_error(cli("bench", self.model(), flag, bad), 2, "usage", flag,
+                                  "'%s'" % bad)
+        self.assert_error(cli("bench", self.model(), "-n", "0"), 2, "usage", "-n")
+        rc, out, err = cli("bench", self.model(), "-n", "x")
+        self.assertEqual(rc, 2, err)
+        self.assert_error(cli("bench"), 2, "usage", "MODEL")
+        self.assert_error(cli("bench", self.model(), "--prompt-tokens", "1,2"), 2, "usage",
+                          "--prompt-tokens")
+
+    def test_bench_batch_limit_is_65536(self):
+        self.assert_error(cli("bench", self.model(), "--batch", "1,65537"), 2, "usage",
+                          "65536")
+
+    def test_bench_beyond_the_model_is_a_usage_error(self):
+        # max_position_embeddings is 256: 250 + 8 - 1 = 257 tokens
+        self.assert_error(cli("bench", self.model(), "--context", "8,250", "-n", "8"), 2,
+                          "usage", "257", "256", "max_seq_len")
+        # 249 + 8 - 1 = 256 fits exactly
+        j = self.bench_json("--context", "249", "-n", "8", "--warmup", "0")
+        self.assertEqual(j["max_seq_len"], 256)
+        # an explicit max_seq_len is the limit instead, and is kept
+        self.assert_error(cli("bench", self.model(), "--context", "20", "-n", "4",
+                              "--max-seq-len", "22"), 2, "usage", "23", "22", "flag")
+        j = self.bench_json("--context", "250", "-n", "8", "--max-seq-len", "300", "--warmup",
+                            "0")
+        self.assertEqual(j["max_seq_len"], 300)
+
+    def test_bench_respects_the_run_configs_batch_size(self):
+        y = self.write("b.yaml", "max_batch_size: 3\n")
+        self.assert_error(cli("bench", self.model(), "--config", y, "--batch", "1,4"), 2,
+                          "usage", "max_batch_size 3", "b.yaml:1:")
+        j = self.bench_json("--config", y, "--batch", "2", "--context", "4", "-n", "2")
+        self.assertEqual(j["max_batch_size"], 3)
+
+    def test_bench_kv_pool_too_small_is_unsupported(self):
+        self.assert_error(cli("bench", self.model(), "--attn-backend", "paged", "--context", "20",
+                              "-n", "2", "--set", "kv_cache.max_tokens=16"), 14, "unsupported",
+                          "cannot hold this request")
+
+    def test_run_verbose_prints_timings(self):
+        rc, out, err = cli("run", self.model(), "--prompt-tokens", "1,2,3", "-n", "3",
+                           "--verbose", "--threads", "1")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(len(out.split()), 3)
+        self.assertRegex(err, r"prefill 3 tokens in [0-9.]+ s")
+        self.assertRegex(err, r"decode 2 steps x 1 sequence = 2 tokens in [0-9.]+ s")
+
+
+class TestAttentionExplain(CliTestCase):
+    LLAMA_BLOCK_BYTES = 32 * 16 * 8 * 128 * 4 * 2  # layers x tokens x kv heads x head dim x f32 x K,V
+
+    def attn(self, *flags):
+        return self.ok_json("explain", cfg("llama-3.1-8b"), "--json", *flags)["attention"]
+
+    def test_rope_fusion_decisions(self):
+        r = self.attn("--attn-backend", "paged")["rope_fusion"]
+        self.assertTrue(r["fused"])
+        self.assertIn("requested", r["reason"])
+        self.assertNotIn("not requested", r["reason"])
+        r = self.attn("--attn-backend", "paged", "--set", "fused_rope=false")["rope_fusion"]
+        self.assertFalse(r["fused"])
+        self.assertIn("not requested", r["reason"])
+        self.assertEqual(r["origin"], "flag")
+        r = self.attn("--attn-backend", "vanilla")["rope_fusion"]
+        self.assertFalse(r["fused"])
+        self.assertIn("no fused_rope capability", r["reason"])
+
+    def test_chunked_attention_decision(self):
+        c = self.attn("--attn-backend", "paged")["chunked_attention"]
+        self.assertFalse(c["chunked"])
+        self.assertIn("attention_chunk_size", c["reason"])
+        with open(os.path.join(cfg("llama-3.1-8b"), "config.json")) as f:
+            conf = json.load(f)
+        conf["attention_chunk_size"] = 8192
+        d = self.mkdir("chunked")
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(conf, f)
+        c = self.ok_json("explain", d, "--json", "--attn-backend", "paged")["attention"][
+            "chunked_attention"]
+        self.assertTrue(c["chunked"])
+        self.assertEqual(c["chunk_size"], 8192)
+        self.assertIn("8192", c["reason"])
+
+    def test_paged_kv_pool_default_size(self):
+        kv = self.attn("--attn-backend", "paged")["kv_cache"]
+        self.assertEqual(kv["block_size"], 16)
+        self.assertEqual(kv["layout"], "NHD")
+        self.assertEqual(kv["block_bytes"], self.LLAMA_BLOCK_BYTES)
+        self.assertEqual(kv["num_blocks"], 131072 // 16 * 1)  # ceil(max_seq_len / 16) x batch
+        self.assertEqual(kv["pool_bytes"], kv["num_blocks"] * kv["block_bytes"])
+        self.assertIn("default", kv["sized_by"])
+        kv = self.attn("--attn-backend", "paged", "--max-seq-len", "1000", "--max-batch-size",
+                       "3")["kv_cache"]
+        self.assertEqual(kv["num_blocks"], math.ceil(1000 / 16) * 3)
+        self.assertEqual(kv["pool_bytes"], kv["num_blocks"] * kv["block_bytes"])
+        self.assertEqual(kv["pool_tokens"], kv["num_blocks"] * 16)
+
+    def test_paged_kv_pool_max_tokens_rounds_up_to_blocks(self):
+        kv = self.attn("--attn-backend", "paged", "--set", "kv_cache.max_tokens=1000")["kv_cache"]
+        self.assertEqual(kv["num_blocks"], 63)
+        self.assertEqual(kv["pool_tokens"], 63 * 16)
+        self.assertEqual(kv["pool_bytes"], 63 * self.LLAMA_BLOCK_BYTES)
+        self.assertIn("kv_cache.max_tokens=1000", kv["sized_by"])
+
+    def test_paged_kv_block_size_layout_and_fp8(self):
+        kv = self.attn("--attn-backend", "paged", "--set", "kv_cache.block_size=32")["kv_cache"]
+        self.assertEqual(kv["block_size"], 32)
+        self.assertEqual(kv["num_blocks"], 131072 // 32)
+        self.assertEqual(kv["block_bytes"], 2 * self.LLAMA_BLOCK_BYTES)
+        kv = self.attn("--attn-backend", "paged", "--set", "kv_cache.layout=HND")["kv_cache"]
+        self.assertEqual(kv["layout"], "HND")
+        kv = self.attn("--attn-backend", "paged", "--set", "kv_cache.dtype=fp8")["kv_cache"]
+        self.assertEqual((kv["k_dtype"], kv["v_dtype"]), ("fp8_e4m3", "fp8_e4m3"))
+        # one byte per element, plus one f32 scale per kv head per block for K and for V
+        self.assertEqual(kv["block_bytes"], 32 * (16 * 8 * 128 * 2 + 2 * 8 * 4))
+        self.assertEqual(kv["bytes_per_token"], 32 * 8 * 128 * 2)
+        kv = self.attn("--attn-backend", "paged", "--set", "kv_cache.k_dtype=fp8", "--set",
+                       "kv_cache.v_dtype=bfloat16")["kv_cache"]
+        self.assertEqual((kv["k_dtype"], kv["v_dtype"]), ("fp8_e4m3", "bfloat16"))
+        self.assertEqual(kv["block_bytes"], 32 * (16 * 8 * 128 * 3 + 8 * 4))
+
+    def test_paged_kv_pool_memory_fraction(self):
+        kv = self.attn("--attn-backend", "paged", "--set", "kv_cache.memory_fraction=0.01")[
+            "kv_cache"]
+        self.assertIn("memory_fraction", kv["sized_by"])
+        self.assertIn("MemAvailable", kv["sized_by"])
+        m = re.search(r"MemAvailable (\d+) bytes", kv["sized_by"])
+        self.assertIsNotNone(m, kv["sized_by"])
+        self.assertEqual(kv["num_blocks"], int(0.01 * int(m.group(1)) // kv["block_bytes"]))
+        self.assertEqual(kv["pool_bytes"], kv["num_blocks"] * kv["block_bytes"])
+
+    def test_max_tokens_and_memory_fraction_exclude_each_other(self):
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--attn-backend", "paged",
+                              "--set", "kv_cache.max_tokens=1000",
+                              "--set", "kv_cache.memory_fraction=0.01"),
+                          3, "config-error", "kv_cache.max_tokens", "kv_cache.memory_fraction")
+
+    def test_explain_text_shows_rope_fusion_and_kv_pool(self):
+        rc, out, err = cli("explain", cfg("llama-3.1-8b"), "--attn-backend", "paged",
+                           "--set", "kv_cache.max_tokens=1000")
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"rope fusion\s+on: requested")
+        self.assertRegex(out, r"KV pool\s+63 blocks of 16 tokens \(NHD\)")
+        self.assertIn("sized by kv_cache.max_tokens=1000", out)
+
+
+class TestValidationCli(CliTestCase):
+    MIXED = ("--set", "kv_cache.k_dtype=fp8", "--set", "kv_cache.v_dtype=bfloat16")
+
+    def test_mixed_kv_on_vanilla_is_unsupported(self):
+        # fp8 keys: the validator names the first capability vanilla lacks (fp8_kv)
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--attn-backend", "vanilla",
+                              *self.MIXED), 14, "unsupported", "'vanilla'", "kv_cache.k_dtype")
+        # without fp8, mixed precision alone is what is missing
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--attn-backend", "vanilla",
+                              "--set", "kv_cache.k_dtype=float16", "--set",
+                              "kv_cache.v_dtype=bfloat16"),
+                          14, "unsupported", "'vanilla'", "mixed_kv")
+        # the same through run (before any weight is read)
+        self.assert_error(cli("run", os.path.join(MODELS, "llama-gqa-bf16"), "--prompt-tokens",
+                              "1,2", "--attn-backend", "vanilla", "--set",
+                              "kv_cache.k_dtype=float16", "--set", "kv_cache.v_dtype=bfloat16"),
+                          14, "unsupported", "'vanilla'", "mixed_kv")
+
+    def test_mixed_kv_with_sparse_is_a_config_error(self):
+        y = self.write("sparse.yaml", "sparse_attention: {algorithm: topk_blocks, top_k: 4}\n")
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--attn-backend", "paged",
+                              "--config", y, *self.MIXED),
+                          3, "config-error", "kv_cache.k_dtype", "sparse_attention",
+                          "sparse.yaml:1:")
+        # each alone is fine on paged
+        self.ok_json("explain", cfg("llama-3.1-8b"), "--json", "--attn-backend", "paged",
+                     "--config", y)
+        self.ok_json("explain", cfg("llama-3.1-8b"), "--json", "--attn-backend", "paged",
+                     *self.MIXED)
+
+    def test_mixed_kv_with_beams_is_a_config_error(self):
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--attn-backend", "paged",
+                              "--set", "beam_width=2", *self.MIXED),
+                          3, "config-error", "beam_width=2", "kv_cache.k_dtype")
+
+    def test_bad_set_values(self):
+        # lh_run_config_set refuses a bad value as a usage error naming the key
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--set", "fused_rope=maybe"),
+                          2, "usage", "fused_rope", "maybe")
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--set", "kv_cache.nokey=1"),
+                          2, "usage", "kv_cache.nokey")
+        rc, out, err = cli("explain", cfg("llama-3.1-8b"), "--set", "nokey")
+        self.assertEqual(rc, 2, err)
+        self.assertIn("'nokey' is not KEY=VALUE", err)
+        rc, out, err = cli("explain", cfg("llama-3.1-8b"), "--set", "=1")
+        self.assertEqual(rc, 2, err)
+
+    def test_backends_capability_matrix(self):
+        j = self.ok_json("backends", "--json")
+        caps = {b["name"]: b["capabilities"] for b in j["backends"]}
+        want_paged = {"fused_rope": True, "sparse": True, "mixed_kv": True, "paged_kv": True,
+                      "fp8_kv": True, "chunked": True, "sliding_window": True, "mla": False,
+                      "fp4_kv": False, "fused_qkv": False}
+        for k, v in want_paged.items():
+            self.assertIs(caps["paged"][k], v, k)
+        self.assertEqual({k for k, v in caps["vanilla"].items() if v}, {"sliding_window"})
+        self.assertEqual(set(caps["vanilla"]), set(want_paged))
+        rc, out, err = cli("backends")
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        header = lines[0].split()
+        for cap in want_paged:
+            self.assertIn(cap, header)
+        # one column per capability: the paged row says yes exactly under its capabilities
+        row = {}
+        for line in lines[1:]:
+            cells = line.split()
+            row[cells[0]] = dict(zip(header[1:1 + len(want_paged)], cells[1:1 + len(want_paged)]))
+        for k, v in want_paged.items():
+            self.assertEqual(row["paged"][k], "yes" if v else "-", k)
+        self.assertEqual(row["vanilla"]["sliding_window"], "yes")
+        self.assertEqual(row["vanilla"]["mixed_kv"], "-")
+
+    def test_run_with_a_pool_too_small(self):
+        prompt = ",".join(str(i) for i in range(20))
+        self.assert_error(cli("run", os.path.join(MODELS, "llama-gqa-bf16"), "--prompt-tokens",
+                              prompt, "-n", "2", "--attn-backend", "paged",
+                              "--set", "kv_cache.max_tokens=16"),
+                          14, "unsupported", "cannot hold this request", "kv_cache.max_tokens=16")
+        # the control: 16 tokens (15 + 2 - 1) fit in one block
+        rc, out, err = cli("run", os.path.join(MODELS, "llama-gqa-bf16"), "--prompt-tokens",
+                           ",".join(str(i) for i in range(15)), "-n", "2", "--attn-backend",
+                           "paged", "--set", "kv_cache.max_tokens=16")
+        self.assertEqual(rc, 0, err)
 
 
 # ---- runner -------------------------------------------------------------------------------------

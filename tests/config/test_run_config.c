@@ -1598,7 +1598,12 @@ static void test_validate_with_caps(void)
     EXPECT_VALIDATE(&rc, &f, LH_OK, NULL);
     /* the model's needs are checked only with a geometry */
     f.geo = &g;
-    EXPECT_VALIDATE(&rc, &f, LH_E_UNSUPPORTED, "does not support sliding_window");
+    EXPECT_VALIDATE(&rc, &f, LH_E_UNSUPPORTED, "lacks 3 capabilities", "sliding_window");
+    /* several missing at once: all of them, in one message */
+    f.attn_caps = LH_ATTN_CAP_SPARSE;
+    EXPECT_VALIDATE(&rc, &f, LH_E_UNSUPPORTED, "'vanilla' lacks 3 capabilities this run needs: "
+                    "sliding_window (because sliding_window=128 in /m/config.json); chunked "
+                    "(because attention_chunk_size=256", "; mla (because kv_lora_rank=32");
     f.attn_caps = all;
     EXPECT_VALIDATE(&rc, &f, LH_OK, NULL);
     /* no backend known: the capability rules are not checked */

@@ -611,7 +611,7 @@ static void test_paged_errors(void)
     /* out overlapping the pool */
     lh_tensor in_pool = kt_t3(LH_DTYPE_F32, p.k, 2, 4, 8);
     CU_ASSERT_EQUAL(PA(ctx, &tq, &p.kv, p.table, p.n_table, 10, pos, &prm, &in_pool), LH_E_USAGE);
-    /* pool: bad layout, int8, k/v disagreeing, fp8 without scales */
+    /* pool: bad layout, int8, k/v shapes disagreeing, fp8 without scales */
     lh_kv_pages bad = p.kv;
     bad.layout = (lh_kv_layout)7;
     CU_ASSERT_EQUAL(PA(ctx, &tq, &bad, p.table, p.n_table, 10, pos, &prm, &to), LH_E_USAGE);
