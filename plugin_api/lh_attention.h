@@ -60,6 +60,14 @@ typedef struct lh_attn_geometry {
     /* RoPE fusion (needs LH_ATTN_CAP_FUSED_ROPE; decided by the host): q and k arrive
      * unrotated and the backend rotates them with lh_attn_forward_args.rope. */
     bool fused_rope;
+    /* Multi-head latent attention (needs LH_ATTN_CAP_MLA): the cache holds per token the
+     * latent of kv_lora_rank plus qk_rope_head_dim rotated key dims, not per-head K and V.
+     * create_attention checks kv_lora_rank, qk_nope_head_dim, v_head_dim > 0,
+     * qk_rope_head_dim >= 0 and q_lora_rank > 0 when has_q_lora_rank (absent: queries are
+     * not compressed, as in DeepSeek-V2-Lite). */
+    bool mla;
+    bool has_q_lora_rank;
+    int64_t q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
 } lh_attn_geometry;
 
 /* One forward step over a packed batch: n_tokens tokens belonging to n_seqs sequences, the

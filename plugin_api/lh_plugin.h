@@ -156,6 +156,18 @@ struct lh_host_api {
      * attention-layer table and the norm fusion chain. Variants are chosen by `spec`. */
     lh_status (*build_decoder_lm)(lh_build *b, const lh_model_config *cfg,
                                   const lh_decoder_spec *spec);
+
+    /* --- ABI 2 --- */
+    /* create_attention: one attention layer of backend `p` (as the host selected it) for
+     * geometry `g`, with every construction-time check of DESIGN §8 before the backend's own
+     * create runs: each feature the geometry asks for (sliding window, chunked attention, MLA,
+     * fp8 / mixed-precision KV, sparse attention, fused RoPE) needs the backend's capability
+     * flag; MLA dimensions must be valid; num_kv_heads 0 means num_heads. Errors:
+     * LH_E_UNSUPPORTED (a missing capability or implementation, naming both), LH_E_CONFIG
+     * (invalid MLA dimensions, naming the field), the backend's create status. The caller owns
+     * *out and frees it with p->ops->destroy. */
+    lh_status (*create_attention)(const lh_attn_backend_provider *p, const lh_attn_geometry *g,
+                                  lh_attn_layer **out, char *err, size_t n);
 };
 
 #define LH_API_HAS(api, field) \

@@ -122,7 +122,7 @@ static void decide_sparse(const lh_run_config *rc, lh_attn_choice *out)
 }
 
 /* The KV cache the run will have: the host's block pool for LH_ATTN_CAP_PAGED_KV backends
- * (lh_kv_plan_compute, the same numbers the engine allocates from), else the backend's own
+ * (lh_kv_plan_compute, once: the engine allocates exactly this plan), else the backend's own
  * contiguous f32 cache growing to max_seq_len per sequence. */
 static lh_status decide_kv(const lh_run_config *rc, const lh_model_config *cfg,
                            lh_attn_choice *out, lh_err *err)
@@ -131,13 +131,14 @@ static lh_status decide_kv(const lh_run_config *rc, const lh_model_config *cfg,
     const int64_t seqs = rc->max_batch_size > 0 ? rc->max_batch_size : 1;
     json_t *kv;
     if (out->caps & LH_ATTN_CAP_PAGED_KV) {
-        lh_kv_plan plan;
+        lh_kv_plan *pl = &out->kv_plan;
         lh_status st = lh_kv_plan_compute(&rc->kv_cache, g->num_hidden_layers,
-                                          g->num_key_value_heads, g->head_dim,
-                                          out->sparse_top_k > 0, out->max_seq_len, seqs, &plan,
-                                          err);
+                                          g->num_key_value_heads, g->head_dim, rc->sparse.enabled,
+                                          out->max_seq_len, seqs, pl, err);
         if (st != LH_OK)
             return st;
+        out->has_kv_plan = true;
+        const lh_kv_plan plan = *pl;
         kv = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:s}", "manager",
                        "host block pool (paged)", "k_dtype", kv_dtype_str(plan.k_dtype),
                        "v_dtype", kv_dtype_str(plan.v_dtype), "layout",
@@ -172,6 +173,50 @@ static lh_status decide(const lh_run_config *rc, const lh_model_config *cfg,
     return decide_kv(rc, cfg, out, err);
 }
 
+/* The names some index lists for attention backends, joined, and whether `name` is one. */
+static bool backend_listed(lh_registry *reg, const char *name, char *list, size_t n,
+                           const char **nearest)
+{
+    size_t n_known;
+    const char **known = lh_registry_known_names(reg, LH_KIND_ATTENTION_BACKEND, &n_known);
+    bool listed = false;
+    for (size_t i = 0; i < n_known; i++)
+        listed |= lh_kind_names_equal(LH_KIND_ATTENTION_BACKEND, known[i], name);
+    if (n_known)
+        lh_join_names(list, n, known, n_known);
+    else
+        snprintf(list, n, "(none)");
+    /* the suggestion points into the registry's names, which outlive this call */
+    *nearest = !listed && n_known ? lh_nearest(name, known, n_known) : NULL;
+    free(known);
+    return listed;
+}
+
+lh_status lh_get_attention_backend(lh_registry *reg, const char *name,
+                                   const lh_sparse_config *sparse, const lh_reg_entry **out,
+                                   lh_err *err)
+{
+    *out = NULL;
+    char list[600];
+    const char *near = NULL;
+    if (!name || !backend_listed(reg, name, list, sizeof list, &near))
+        return lh_err_set(err, LH_E_UNKNOWN_NAME,
+                          "attention backend '%s' is not available%s%s%s; available: %s",
+                          name ? name : "(null)", near ? "; did you mean '" : "",
+                          near ? near : "", near ? "'?" : "", list);
+    lh_status st = lh_registry_ensure(reg, LH_KIND_ATTENTION_BACKEND, name, out, err);
+    if (st != LH_OK)
+        return lh_err_prefix(err, "attention backend");
+    if (sparse && sparse->enabled && !((*out)->p.attn.capabilities & LH_ATTN_CAP_SPARSE)) {
+        const char *bn = (*out)->name;
+        *out = NULL;
+        return lh_err_set(err, LH_E_UNSUPPORTED, "attention backend '%s' has no sparse mode "
+                          "(sparse_attention topk_blocks asked for); backends with the sparse "
+                          "capability: see `llmhost backends`", bn);
+    }
+    return LH_OK;
+}
+
 static lh_status select_locked(lh_registry *reg, const lh_run_config *rc,
                                const lh_model_config *cfg, lh_attn_choice *out, lh_err *err)
 {
@@ -180,39 +225,43 @@ static lh_status select_locked(lh_registry *reg, const lh_run_config *rc,
     lh_value_origin_str(rc, rc->attn_backend_origin, origin, sizeof origin);
     json_object_set_new(out->trace, "requested", json_string(requested));
     json_object_set_new(out->trace, "origin", json_string(rc->attn_backend ? origin : "default"));
-    size_t n_known;
-    const char **known = lh_registry_known_names(reg, LH_KIND_ATTENTION_BACKEND, &n_known);
-    bool listed = false;
-    for (size_t i = 0; i < n_known; i++)
-        listed |= lh_kind_names_equal(LH_KIND_ATTENTION_BACKEND, known[i], requested);
+    char list[600];
+    const char *near = NULL;
     const char *name = requested;
-    if (!listed) {
-        char list[600];
-        lh_join_names(list, sizeof list, known, n_known);
-        if (!rc->attn_backend_fallback) {
-            const char *near = n_known ? lh_nearest(requested, known, n_known) : NULL;
-            lh_err_set(err, LH_E_UNKNOWN_NAME,
-                       "attn_backend '%s' (from %s) is not available%s%s%s; available: %s",
-                       requested, rc->attn_backend ? origin : "default",
-                       near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "",
-                       n_known ? list : "(none)");
-            free(known);
-            return LH_E_UNKNOWN_NAME;
-        }
+    json_object_set_new(out->trace, "fallback", json_null());
+    if (!backend_listed(reg, requested, list, sizeof list, &near)) {
+        if (!rc->attn_backend_fallback)
+            return lh_err_set(err, LH_E_UNKNOWN_NAME,
+                              "attn_backend '%s' (from %s) is not available%s%s%s; available: %s",
+                              requested, rc->attn_backend ? origin : "default",
+                              near ? "; did you mean '" : "", near ? near : "",
+                              near ? "'?" : "", list);
         lh_log(LH_LOG_WARN, "attn_backend '%s' is not available (available: %s); "
                "attn_backend_fallback: using '%s'", requested, list, LH_DEFAULT_ATTN_BACKEND);
         name = LH_DEFAULT_ATTN_BACKEND;
         json_object_set_new(out->trace, "fallback",
                             json_sprintf("'%s' unavailable (available: %s); fell back to '%s'",
                                          requested, list, name));
-    } else {
-        json_object_set_new(out->trace, "fallback", json_null());
     }
-    free(known);
+    /* get_attention_backend(name, sparse): sparse is a second dimension of the lookup, not
+     * another backend (checked again, with every other capability, by the validator) */
+    const lh_sparse_config *sparse = &rc->sparse;
+    lh_status st = lh_get_attention_backend(reg, name, sparse, &out->entry, err);
+    if (st != LH_OK && st != LH_E_UNSUPPORTED && rc->attn_backend_fallback &&
+        strcmp(name, LH_DEFAULT_ATTN_BACKEND) != 0) {
+        /* listed but unavailable (its plugin does not load): the opted-in fallback applies */
+        lh_log(LH_LOG_WARN, "attn_backend '%s' is unavailable (%s); attn_backend_fallback: "
+               "using '%s'", name, err->msg, LH_DEFAULT_ATTN_BACKEND);
+        json_object_set_new(out->trace, "fallback",
+                            json_sprintf("'%s' unavailable (%s); fell back to '%s'", name,
+                                         err->msg, LH_DEFAULT_ATTN_BACKEND));
+        name = LH_DEFAULT_ATTN_BACKEND;
+        lh_err_clear(err);
+        st = lh_get_attention_backend(reg, name, sparse, &out->entry, err);
+    }
     json_object_set_new(out->trace, "normalized", json_string(name));
-    lh_status st = lh_registry_ensure(reg, LH_KIND_ATTENTION_BACKEND, name, &out->entry, err);
     if (st != LH_OK)
-        return lh_err_prefix(err, "attention backend");
+        return st;
     const lh_attn_backend_provider *p = &out->entry->p.attn;
     char caps[256];
     json_object_set_new(out->trace, "backend", json_string(out->entry->name));

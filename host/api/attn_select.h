@@ -15,10 +15,11 @@
 #include "config/run_config.h"
 #include "lh_plugin.h"
 #include "registry/registry.h"
+#include "runtime/kv_cache.h"
 
 #include <jansson.h>
 
-#define LH_DEFAULT_ATTN_BACKEND "vanilla"
+#define LH_DEFAULT_ATTN_BACKEND "paged"
 
 typedef struct lh_attn_choice {
     const lh_reg_entry *entry; /* the backend; lives as long as the registry */
@@ -26,6 +27,8 @@ typedef struct lh_attn_choice {
     bool fused_rope;           /* RoPE fusion decision (reason in the trace) */
     int64_t sparse_top_k, sparse_local_blocks; /* 0/0: dense */
     int64_t max_seq_len;       /* the run's, resolved (lh_run_max_seq_len, run_config.h) */
+    bool has_kv_plan;          /* LH_ATTN_CAP_PAGED_KV backends: the host pool, sized once */
+    lh_kv_plan kv_plan;
     /* {requested, origin, normalized, fallback, backend, shared_object, capabilities,
      *  checks: [...], rope_fusion: {...}, chunked_attention: {...}, sparse_attention: {...},
      *  kv_cache: {...}} */
@@ -41,6 +44,16 @@ lh_status lh_select_attention_backend(lh_registry *reg, const lh_run_config *rc,
                                       const lh_model_config *cfg, lh_attn_choice *out,
                                       lh_err *err);
 void lh_attn_choice_free(lh_attn_choice *c);
+
+/* get_attention_backend (DESIGN §8): the provider of backend `name` (already normalized to
+ * lower case when the run config was parsed; compared case-insensitively), loading exactly
+ * its plugin. sparse (NULL or not enabled: dense) is the second dimension of the lookup: a
+ * backend without LH_ATTN_CAP_SPARSE has no sparse mode. Call with the registry lock held.
+ * Errors: LH_E_UNKNOWN_NAME (listing the available names, suggesting the nearest), the
+ * plugin's load error class, LH_E_UNSUPPORTED (no sparse mode). */
+lh_status lh_get_attention_backend(lh_registry *reg, const char *name,
+                                   const lh_sparse_config *sparse, const lh_reg_entry **out,
+                                   lh_err *err);
 /* Every capability flag with its name, in the order `llmhost backends` prints them. */
 #define LH_ATTN_N_CAPS 10
 typedef struct lh_attn_cap_name {

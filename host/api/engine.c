@@ -51,7 +51,8 @@ void lh_engine_close(lh_engine *e)
 /* The backend and every decision that follows from it (attn_select.c); the run's knobs that
  * this runtime does not implement are refused here, by name. */
 static lh_status attention_setup(lh_host *h, const lh_run_config *rc, const lh_model_config *cfg,
-                                 lh_attn_runtime *out, int64_t *max_seq_len, lh_err *err)
+                                 lh_attn_runtime *out, lh_kv_plan *plan, int64_t *max_seq_len,
+                                 lh_err *err)
 {
     lh_attn_choice choice;
     lh_status st = lh_select_attention_backend(&h->reg, rc, cfg, &choice, err);
@@ -64,12 +65,17 @@ static lh_status attention_setup(lh_host *h, const lh_run_config *rc, const lh_m
                              .sparse_local_blocks = choice.sparse_local_blocks,
                              .kv = &rc->kv_cache};
     *max_seq_len = choice.max_seq_len;
+    if (choice.has_kv_plan) { /* allocate what explain showed, not a second measurement */
+        *plan = choice.kv_plan;
+        out->kv_plan = plan;
+    }
     lh_attn_choice_free(&choice);
     if (p->struct_size < offsetof(lh_attn_backend_provider, ops) + sizeof p->ops || !p->ops ||
         !p->ops->create || !p->ops->forward || !p->ops->destroy)
         return lh_err_set(err, LH_E_UNSUPPORTED, "attention backend '%s' (%s) has no forward "
                           "implementation", entry->name, entry->module->path);
     out->ops = p->ops;
+    out->provider = p;
     if (rc->beam_width > 1)
         return lh_err_set(err, LH_E_UNSUPPORTED, "beam_width=%lld: beam search is not "
                           "implemented by this runtime (greedy decoding only)",
@@ -104,9 +110,10 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     }
     /* the backend first: an unknown name fails before any plugin loads */
     lh_attn_runtime attn = {0};
+    lh_kv_plan kv_plan;
     int64_t max_seq = 0;
     if (st == LH_OK)
-        st = attention_setup(h, &e->rc, e->cfg, &attn, &max_seq, err);
+        st = attention_setup(h, &e->rc, e->cfg, &attn, &kv_plan, &max_seq, err);
     if (st == LH_OK)
         st = lh_resolve(&h->reg, e->cfg, &e->rc, &e->res, err);
     if (st == LH_OK && e->res.kind != LH_KIND_MODEL)

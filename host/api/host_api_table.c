@@ -4,6 +4,7 @@
 #include "core/log.h"
 #include "model/model.h"
 #include "registry/registry.h"
+#include "runtime/attn_create.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -99,6 +100,7 @@ static const lh_host_api host_api = {
     .build_fail = lh_build_fail,
     .build_status = lh_build_status,
     .build_decoder_lm = lh_build_decoder_lm,
+    .create_attention = lh_create_attention,
 };
 
 const lh_host_api *lh_host_api_table(void)

@@ -129,18 +129,6 @@ static const char *jstr(const json_t *o, const char *key)
     return s ? s : "";
 }
 
-static int open_host(const lh_cli_args *a, lh_host **h, lh_err *err)
-{
-    lh_host_options opts = {.struct_size = sizeof opts,
-                            .allow_insecure_plugins = a->allow_insecure};
-    lh_status st = lh_host_create(&opts, h, err);
-    for (size_t i = 0; st == LH_OK && i < a->n_custom_dirs; i++)
-        st = lh_host_add_custom_dir(*h, a->custom_dirs[i], err);
-    if (st == LH_OK)
-        st = lh_host_add_custom_dirs_from_env(*h, err);
-    return (int)st;
-}
-
 static lh_status open_engine(lh_host *h, const lh_cli_args *a, const char *const *ov,
                              lh_engine **e, lh_err *err)
 {
@@ -299,7 +287,7 @@ int lh_cli_bench(const lh_cli_args *a)
     json_t *plan = NULL, *out = NULL;
     bench_cell *cells = NULL;
     char *text = NULL;
-    if ((rc = open_host(a, &h, &err)) != 0)
+    if ((rc = lh_cli_open_host(a, &h, &err)) != 0)
         rc = report(&err);
     /* the run config as resolved, and the backend checked, before any weight is touched */
     lh_resolve_request req = {.struct_size = sizeof req, .model = a->model,

@@ -22,7 +22,7 @@ static void apply_log_level(const lh_cli_args *a)
 
 /* Creates the host and declares custom dirs: flags first (most specific), then the
  * environment. */
-static int open_host(const lh_cli_args *a, lh_host **h, lh_err *err)
+int lh_cli_open_host(const lh_cli_args *a, lh_host **h, lh_err *err)
 {
     lh_host_options opts = {.struct_size = sizeof opts, .plugin_dir = NULL,
                             .allow_insecure_plugins = a->allow_insecure};
@@ -174,7 +174,7 @@ int lh_cli_list(const lh_cli_args *a)
     apply_log_level(a);
     lh_err err = {0};
     lh_host *h;
-    int rc = open_host(a, &h, &err);
+    int rc = lh_cli_open_host(a, &h, &err);
     if (rc)
         return report(&err);
     char *text = NULL;
@@ -220,7 +220,7 @@ int lh_cli_backends(const lh_cli_args *a)
     apply_log_level(a);
     lh_err err = {0};
     lh_host *h;
-    if (open_host(a, &h, &err))
+    if (lh_cli_open_host(a, &h, &err))
         return report(&err);
     char *text = NULL;
     lh_status st = lh_host_backends_json(h, &text, &err);
@@ -283,7 +283,7 @@ static int resolve_or_explain(const lh_cli_args *a, bool explain)
     if (lh_validate_run_config(a->config_file, (const char *const *)a->overrides, &err) != LH_OK)
         return report(&err);
     lh_host *h;
-    int rc = open_host(a, &h, &err);
+    int rc = lh_cli_open_host(a, &h, &err);
     if (rc)
         return report(&err);
     lh_resolve_request req = {.struct_size = sizeof req, .model = a->model,

@@ -3,10 +3,14 @@
 #define LH_CLI_COMMANDS_H
 
 #include "cli_args.h"
+#include "llmhost.h"
 
 /* The exit-status table printed by every --help. */
 extern const char lh_cli_exit_status_text[];
 
+/* A host with the args' custom dirs (flags, then $LLMHOST_CUSTOM_MODULE_DIRS). Returns 0, or
+ * the lh_status of the failure with *h NULL (freed) and err set. */
+int lh_cli_open_host(const lh_cli_args *a, lh_host **h, lh_err *err);
 int lh_cli_list(const lh_cli_args *a);
 int lh_cli_resolve(const lh_cli_args *a);
 int lh_cli_explain(const lh_cli_args *a);

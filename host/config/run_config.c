@@ -494,9 +494,10 @@ static lh_status need_scalar(rc_ctx *c, const lh_ynode *n, const char *path, con
     return LH_OK;
 }
 
-static lh_status y_bool(rc_ctx *c, const lh_ynode *n, const char *path, bool *out)
+/* A plain (unquoted) scalar that `parse` accepts; `expected` names what it takes. */
+static lh_status y_plain(rc_ctx *c, const lh_ynode *n, const char *path, const char *expected,
+                         bool (*parse)(const char *v, void *out, char *why, size_t n), void *out)
 {
-    const char *expected = "a boolean (true/false)";
     lh_status st = need_scalar(c, n, path, expected);
     if (st)
         return st;
@@ -506,9 +507,19 @@ static lh_status y_bool(rc_ctx *c, const lh_ynode *n, const char *path, bool *ou
                  n->value);
         return yerr(c, n, path, why);
     }
-    if (!parse_bool_text(n->value, out, why, sizeof why))
+    if (!parse(n->value, out, why, sizeof why))
         return yerr(c, n, path, why);
     return LH_OK;
+}
+
+static bool parse_bool_any(const char *v, void *out, char *why, size_t n)
+{
+    return parse_bool_text(v, out, why, n);
+}
+
+static lh_status y_bool(rc_ctx *c, const lh_ynode *n, const char *path, bool *out)
+{
+    return y_plain(c, n, path, "a boolean (true/false)", parse_bool_any, out);
 }
 
 static lh_status y_pos_int(rc_ctx *c, const lh_ynode *n, const char *path, int64_t *out)
@@ -589,22 +600,15 @@ static lh_status y_sequence(rc_ctx *c, const lh_ynode *n, const char *path, cons
     return yerr(c, n, path, why);
 }
 
+static bool parse_fraction_any(const char *v, void *out, char *why, size_t n)
+{
+    return parse_fraction_text(v, out, why, n);
+}
+
 /* A plain (unquoted) decimal number in (0, 1]. */
 static lh_status y_fraction(rc_ctx *c, const lh_ynode *n, const char *path, double *out)
 {
-    const char *expected = "a number in (0, 1]";
-    lh_status st = need_scalar(c, n, path, expected);
-    if (st)
-        return st;
-    char why[512];
-    if (!n->plain) {
-        snprintf(why, sizeof why, "expected %s, got the quoted string \"%.200s\"", expected,
-                 n->value);
-        return yerr(c, n, path, why);
-    }
-    if (!parse_fraction_text(n->value, out, why, sizeof why))
-        return yerr(c, n, path, why);
-    return LH_OK;
+    return y_plain(c, n, path, "a number in (0, 1]", parse_fraction_any, out);
 }
 
 static lh_status y_kv_dtype(rc_ctx *c, const lh_ynode *n, const char *path, lh_dtype *out)
@@ -1626,6 +1630,51 @@ static bool need_mixed_kv(const lh_run_config *rc, const lh_model_geometry *geo,
     return true;
 }
 
+/* KV settings only the host's block pool honours: a backend with its own cache (vanilla:
+ * contiguous f32) would ignore them, so they need LH_ATTN_CAP_PAGED_KV rather than being
+ * dropped silently. */
+static bool need_paged_kv(const lh_run_config *rc, const lh_model_geometry *geo,
+                          const char *model_path, char *why, size_t n)
+{
+    (void)geo;
+    (void)model_path;
+    const lh_kv_cache_config *kv = &rc->kv_cache;
+    char from[1024];
+    const char *key = NULL;
+    lh_value_origin o = {0};
+    char val[64] = "";
+    if (kv->k_dtype != LH_DTYPE_INVALID && kv->k_dtype != LH_DTYPE_F32) {
+        key = "kv_cache.k_dtype";
+        o = kv->k_dtype_origin;
+        snprintf(val, sizeof val, "%s", kv_dtype_str(kv->k_dtype));
+    } else if (kv->v_dtype != LH_DTYPE_INVALID && kv->v_dtype != LH_DTYPE_F32) {
+        key = "kv_cache.v_dtype";
+        o = kv->v_dtype_origin;
+        snprintf(val, sizeof val, "%s", kv_dtype_str(kv->v_dtype));
+    } else if (kv->layout != 0) {
+        key = "kv_cache.layout";
+        o = kv->layout_origin;
+        snprintf(val, sizeof val, "HND");
+    } else if (kv->max_tokens > 0) {
+        key = "kv_cache.max_tokens";
+        o = kv->max_tokens_origin;
+        snprintf(val, sizeof val, "%lld", (long long)kv->max_tokens);
+    } else if (kv->memory_fraction > 0) {
+        key = "kv_cache.memory_fraction";
+        o = kv->memory_fraction_origin;
+        snprintf(val, sizeof val, "%g", kv->memory_fraction);
+    } else if (kv->block_size_origin.kind != LH_ORIGIN_DEFAULT) {
+        key = "kv_cache.block_size";
+        o = kv->block_size_origin;
+        snprintf(val, sizeof val, "%lld", (long long)kv->block_size);
+    }
+    if (!key)
+        return false;
+    because(why, n, "%s=%s (from %s) configures the paged KV pool", key, val,
+            lh_value_origin_str(rc, o, from, sizeof from));
+    return true;
+}
+
 static const struct {
     const char *capability;
     uint64_t bit;
@@ -1637,6 +1686,7 @@ static const struct {
     {"fp8_kv", LH_ATTN_CAP_FP8_KV, need_fp8_kv},
     {"sparse", LH_ATTN_CAP_SPARSE, need_sparse},
     {"mixed_kv", LH_ATTN_CAP_MIXED_KV, need_mixed_kv},
+    {"paged_kv", LH_ATTN_CAP_PAGED_KV, need_paged_kv},
 };
 _Static_assert(N_OF(attn_need_rules) <= LH_ATTN_MAX_NEEDS, "raise LH_ATTN_MAX_NEEDS");
 

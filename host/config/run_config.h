@@ -7,7 +7,7 @@
  *   max_seq_len: int > 0                                  (default: max_position_embeddings)
  *   max_batch_size: int > 0                               (default 1)
  *   weight_placement: auto|mmap|huge_pages                (default auto)
- *   attn_backend: NAME                                    (case-insensitive; default vanilla)
+ *   attn_backend: NAME                                    (case-insensitive; default paged)
  *   attn_backend_fallback: bool                           (default false)
  *   kv_cache:
  *     block_size: int > 0                 tokens per block (default 16)

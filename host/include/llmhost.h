@@ -99,7 +99,7 @@ typedef struct lh_engine_options {
     const char *config_file;       /* YAML run config or NULL */
     const char *const *overrides;  /* NULL-terminated "key=value" list or NULL */
     int n_threads;                 /* <= 0: every online core */
-    const char *attn_backend;      /* NULL: the run config's attn_backend, else "vanilla" */
+    const char *attn_backend;      /* NULL: the run config's attn_backend, else "paged" */
 } lh_engine_options;
 
 /* Resolves the model, builds its tree, binds the weights (mmap; zero-copy where the dtype

@@ -1,6 +1,7 @@
 #include "decoder.h"
 
 #include "core/err.h"
+#include "runtime/attn_create.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -119,8 +120,17 @@ static lh_status init_kv_cache(lh_decoder *d, const lh_attn_runtime *attn, lh_er
 {
     lh_kv_plan plan;
     bool sparse = attn->sparse_top_k > 0 || attn->sparse_local_blocks > 0;
-    lh_status st = lh_kv_plan_compute(attn->kv, d->n_layers, d->kv_heads, d->head_dim, sparse,
-                                      d->max_seq_len, d->max_seqs, &plan, err);
+    lh_status st = LH_OK;
+    if (attn->kv_plan) {
+        plan = *attn->kv_plan;
+        if (plan.n_layers != d->n_layers || plan.kv_heads != d->kv_heads ||
+            plan.head_dim != d->head_dim || plan.max_seqs != d->max_seqs ||
+            plan.max_seq_len != d->max_seq_len || plan.summaries != sparse)
+            return lh_err_set(err, LH_E_INTERNAL, "the KV plan does not match the decoder");
+    } else {
+        st = lh_kv_plan_compute(attn->kv, d->n_layers, d->kv_heads, d->head_dim, sparse,
+                                d->max_seq_len, d->max_seqs, &plan, err);
+    }
     if (st == LH_OK)
         st = lh_kv_cache_create(&plan, &d->kv, err);
     if (st != LH_OK)
@@ -199,9 +209,16 @@ lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_confi
             .sparse_top_k = attn->sparse_top_k,
             .sparse_local_blocks = attn->sparse_local_blocks,
             .fused_rope = attn->fused_rope,
+            .mla = g->has_mla,
+            .has_q_lora_rank = g->has_q_lora_rank,
+            .q_lora_rank = g->q_lora_rank,
+            .kv_lora_rank = g->kv_lora_rank,
+            .qk_nope_head_dim = g->qk_nope_head_dim,
+            .qk_rope_head_dim = g->qk_rope_head_dim,
+            .v_head_dim = g->v_head_dim,
         };
         char msg[512] = "";
-        st = ops->create(&ag, &d->layers[i].attn, msg, sizeof msg);
+        st = lh_create_attention(attn->provider, &ag, &d->layers[i].attn, msg, sizeof msg);
         if (st != LH_OK)
             lh_err_set(err, st, "attention backend: %s", msg);
     }
@@ -385,8 +402,12 @@ lh_status lh_decoder_forward(lh_decoder *d, lh_kctx *kctx, const lh_attn_step *s
         return lh_err_set(err, LH_E_USAGE, "forward: a step of %lld sequences (max_batch_size "
                           "%lld)", (long long)step->n_seqs, (long long)d->max_seqs);
     for (int64_t s = 0; s < step->n_seqs; s++) {
-        const int64_t after = step->ctx_len[s] + step->n_new[s];
-        if (after > d->max_seq_len)
+        if (step->ctx_len[s] < 0 || step->n_new[s] < 0 || step->n_new[s] > T)
+            return lh_err_set(err, LH_E_USAGE, "forward: sequence %lld: %lld cached and %lld new "
+                              "tokens", (long long)s, (long long)step->ctx_len[s],
+                              (long long)step->n_new[s]);
+        const int64_t after = step->ctx_len[s] + step->n_new[s]; /* both bounded: no overflow */
+        if (step->ctx_len[s] > d->max_seq_len || after > d->max_seq_len)
             return lh_err_set(err, LH_E_UNSUPPORTED, "forward: the sequence in slot %lld needs "
                               "%lld tokens, more than max_seq_len %lld", (long long)step->slot[s],
                               (long long)after, (long long)d->max_seq_len);

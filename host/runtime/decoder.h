@@ -13,17 +13,20 @@
 #include "config/model_config.h"
 #include "config/run_config.h"
 #include "lh_attention.h"
+#include "lh_plugin.h"
 #include "lh_kernels.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
 
 /* How the decoder drives its attention backend (decided by the host at selection). */
 typedef struct lh_attn_runtime {
+    const lh_attn_backend_provider *provider; /* layers come from lh_create_attention */
     const lh_attn_ops *ops;
     uint64_t caps;       /* LH_ATTN_CAP_*; LH_ATTN_CAP_PAGED_KV: the decoder owns a KV cache */
     bool fused_rope;     /* the backend rotates q and k (see lh_attn_geometry.fused_rope) */
     int64_t sparse_top_k, sparse_local_blocks; /* 0/0: dense */
     const lh_kv_cache_config *kv;
+    const lh_kv_plan *kv_plan; /* the pool as selection sized it (NULL: size it here) */
 } lh_attn_runtime;
 
 typedef struct lh_decoder_layer {
@@ -67,7 +70,9 @@ void lh_decoder_free(lh_decoder *d);
 
 /* One forward step over step->n_tokens packed tokens. For each of the n_out rows listed in
  * out_rows (token indices into the batch) the logits [vocab] are written to
- * logits[i * vocab ...]. */
+ * logits[i * vocab ...]. A step that fails midway leaves the KV of its sequences partly
+ * written (some layers, reserved blocks): their slots must be released (lh_decoder_release)
+ * before they are used again, as lh_generate_greedy does. */
 lh_status lh_decoder_forward(lh_decoder *d, lh_kctx *kctx, const lh_attn_step *step,
                              const int32_t *tokens, const int64_t *out_rows, int64_t n_out,
                              float *logits, lh_err *err);

@@ -19,8 +19,9 @@ struct lh_kv_cache {
     unsigned char *base; /* the whole pool, mmap'ed */
     size_t mapped;
     lh_kv_pages *layers; /* [n_layers] */
-    int32_t *free_ids;   /* stack; lowest id on top */
+    int32_t *free_ids;   /* released blocks, a stack (allocated, filled only on release) */
     int64_t n_free;
+    int64_t next_fresh;  /* blocks [next_fresh, num_blocks) were never handed out */
     kv_slot *slots; /* [max_seqs] */
 };
 
@@ -120,7 +121,7 @@ lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int
     p->kv_bytes_per_token /= 8;
     const int64_t per_seq = (max_seq_len + p->block_size - 1) / p->block_size;
     if (kv->max_tokens > 0) {
-        p->num_blocks = (kv->max_tokens + p->block_size - 1) / p->block_size;
+        p->num_blocks = kv->max_tokens / p->block_size + (kv->max_tokens % p->block_size != 0);
         snprintf(p->sized_by, sizeof p->sized_by, "kv_cache.max_tokens=%lld",
                  (long long)kv->max_tokens);
     } else if (kv->memory_fraction > 0) {
@@ -130,7 +131,9 @@ lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int
                               "MemAvailable from /proc/meminfo; set kv_cache.max_tokens instead",
                               kv->memory_fraction);
         double bytes = kv->memory_fraction * (double)avail;
-        double blocks = bytes / (double)p->block_bytes;
+        /* per block the manager also keeps a free-list entry and the kernels a few bytes of
+         * bookkeeping: counted, so that the fraction is what the pool really costs */
+        double blocks = bytes / ((double)p->block_bytes + LH_KV_BLOCK_OVERHEAD);
         p->num_blocks = blocks >= (double)INT32_MAX ? INT32_MAX : (int64_t)blocks;
         snprintf(p->sized_by, sizeof p->sized_by,
                  "kv_cache.memory_fraction=%g of MemAvailable %llu bytes", kv->memory_fraction,
@@ -240,8 +243,6 @@ lh_status lh_kv_cache_create(const lh_kv_plan *plan, lh_kv_cache **out, lh_err *
             kv->k_max = lh_tensor_cpu(LH_DTYPE_F32, ptr[5], 3, mshape);
         }
     }
-    for (int64_t id = nb - 1; id >= 0; id--) /* lowest id on top */
-        c->free_ids[c->n_free++] = (int32_t)id;
     *out = c;
     return LH_OK;
 }
@@ -268,21 +269,23 @@ lh_status lh_kv_cache_reserve(lh_kv_cache *c, const int64_t *slots, const int64_
         if (want > have)
             missing += want - have;
     }
-    if (missing > c->n_free)
+    const int64_t free_now = lh_kv_cache_free_blocks(c);
+    if (missing > free_now)
         return lh_err_set(err, LH_E_UNSUPPORTED,
                           "out of KV cache blocks: this step needs %lld more block%s of %lld "
                           "tokens, but only %lld of the pool's %lld blocks are free (%s/%s KV, "
                           "%zu bytes per block, pool sized by %s); finish sequences or make the "
                           "pool larger (kv_cache.max_tokens or memory_fraction)",
                           (long long)missing, missing == 1 ? "" : "s", (long long)bs,
-                          (long long)c->n_free, (long long)p->num_blocks,
+                          (long long)free_now, (long long)p->num_blocks,
                           kv_dtype_name(p->k_dtype), kv_dtype_name(p->v_dtype), p->block_bytes,
                           p->sized_by);
     for (int64_t i = 0; i < n; i++) {
         kv_slot *s = &c->slots[slots[i]];
         const int64_t want = (tokens[i] + bs - 1) / bs;
-        while (s->n_blocks < want)
-            s->table[s->n_blocks++] = c->free_ids[--c->n_free];
+        while (s->n_blocks < want) /* released blocks first, then fresh ones, lowest first */
+            s->table[s->n_blocks++] = c->n_free ? c->free_ids[--c->n_free]
+                                                : (int32_t)c->next_fresh++;
     }
     return LH_OK;
 }
@@ -319,5 +322,5 @@ const lh_kv_plan *lh_kv_cache_plan(const lh_kv_cache *c)
 
 int64_t lh_kv_cache_free_blocks(const lh_kv_cache *c)
 {
-    return c->n_free;
+    return c->n_free + (c->plan.num_blocks - c->next_fresh);
 }

@@ -7,8 +7,8 @@
  * scale per kv head, plus, with sparse attention, per-head key minima and maxima (2 x head_dim
  * f32 per kv head). The pool holds num_blocks blocks:
  *   kv_cache.max_tokens        -> ceil(max_tokens / block_size)
- *   kv_cache.memory_fraction f -> floor(f x MemAvailable / bytes per block), MemAvailable read
- *                                 from /proc/meminfo when the plan is made
+ *   kv_cache.memory_fraction f -> floor(f x MemAvailable / (bytes per block + bookkeeping)),
+ *                                 MemAvailable read from /proc/meminfo when the plan is made
  *   neither                    -> max_batch_size x ceil(max_seq_len / block_size), which never
  *                                 runs out before max_seq_len does.
  * The pool is reserved as one address range and materializes as blocks are first written
@@ -26,6 +26,10 @@
 #include "config/run_config.h"
 #include "core/err.h"
 #include "lh_kernels.h"
+
+/* Bytes of bookkeeping per block besides its data: the manager's free-list entry (4) and the
+ * kernels' per-block marks (16); memory_fraction sizing counts them. */
+#define LH_KV_BLOCK_OVERHEAD 20
 
 typedef struct lh_kv_plan {
     int64_t n_layers, kv_heads, head_dim;

@@ -6,6 +6,7 @@
  * --seconds (default 0.5) have passed, after one warm-up call, and reports the mean.
  *
  *   bench_matmul [--dtype bf16] [--seconds 0.5] [--threads N]... */
+#include "bench_util.h"
 #include "lh_kernels.h"
 
 #include <stdio.h>
@@ -14,21 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint32_t rng = 0x9e3779b9u;
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 17;
-    rng ^= rng << 5;
-    return (float)(rng >> 8) / 16777216.0f - 0.5f;
-}
 
 /* Mean seconds per call. */
 static double time_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w, lh_tensor *y,

@@ -14,6 +14,7 @@
  * blocks, so that every 256-byte head row straddles one more cache line.
  *
  *   bench_paged [--seconds 0.2] [--threads N]... [--ctx S]... [--batch B]... [--misalign] */
+#include "bench_util.h"
 #include "lh_kernels.h"
 
 #include <math.h>
@@ -24,21 +25,6 @@
 
 enum { H = 9, KVH = 3, D = 64, BS = 16 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint32_t rng = 0x9e3779b9u;
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 17;
-    rng ^= rng << 5;
-    return (float)(rng >> 8) / 16777216.0f - 0.5f;
-}
 
 static size_t g_offset; /* bytes past a 64-byte boundary for the big buffers */
 
@@ -116,7 +102,7 @@ static void setup_init(setup *s, lh_kctx *ctx, int64_t B, int64_t S)
     for (int64_t i = 0; i < NB; i++)
         s->tables[i] = (int32_t)i;
     for (int64_t i = NB - 1; i > 0; i--) {
-        int64_t r = (int64_t)(rng % (uint32_t)(i + 1));
+        int64_t r = (int64_t)(bench_rng % (uint32_t)(i + 1));
         frand();
         int32_t t = s->tables[i];
         s->tables[i] = s->tables[r];

@@ -89,12 +89,12 @@ static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, char *err, 
         return fail(err, n, LH_E_USAGE, "paged: a step of %lld sequences, but max_seqs is %lld",
                     (long long)step->n_seqs, (long long)l->g.max_seqs);
     for (int64_t s = 0; s < step->n_seqs; s++) {
-        const int64_t after = step->ctx_len[s] + step->n_new[s];
-        if (step->ctx_len[s] < 0 || step->n_new[s] < 0 || after > l->g.max_seq_len)
+        if (step->ctx_len[s] < 0 || step->n_new[s] < 0 || step->ctx_len[s] > l->g.max_seq_len ||
+            step->n_new[s] > l->g.max_seq_len - step->ctx_len[s])
             return fail(err, n, LH_E_USAGE, "paged: sequence %lld: %lld cached + %lld new tokens "
                         "(max_seq_len %lld)", (long long)s, (long long)step->ctx_len[s],
                         (long long)step->n_new[s], (long long)l->g.max_seq_len);
-        l->kv_len[s] = after; /* the kernels check the tables cover it */
+        l->kv_len[s] = step->ctx_len[s] + step->n_new[s]; /* the kernels check the tables */
     }
     return LH_OK;
 }

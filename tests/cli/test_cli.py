@@ -376,7 +376,9 @@ class TestExplain(CliTestCase):
         # explain loads exactly the model's plugin and the one attention backend selected
         self.assertEqual(j["loaded_plugins"],
                          [j["attention"]["shared_object"], j["shared_object"]])
-        self.assertEqual(j["attention"]["normalized"], "vanilla")
+        # the default backend: paged, measured at least as fast as vanilla everywhere (README)
+        self.assertEqual(j["attention"]["normalized"], "paged")
+        self.assertEqual(j["attention"]["origin"], "default")
 
     def test_llama_3_1_8b_parameters(self):
         self.check_published("llama-3.1-8b")
@@ -1154,8 +1156,23 @@ class TestInference(CliTestCase):
     def test_unknown_backend_with_fallback(self):
         j = self.ok_json("explain", cfg("llama-3.1-8b"), "--json", "--attn-backend", "flash",
                          "--attn-backend-fallback")
-        self.assertIn("fell back to 'vanilla'", j["attention"]["fallback"])
-        self.assertEqual(j["attention"]["normalized"], "vanilla")
+        self.assertIn("fell back to 'paged'", j["attention"]["fallback"])
+        self.assertEqual(j["attention"]["normalized"], "paged")
+
+    def test_listed_backend_that_fails_to_load(self):
+        # the index promises 'broken', its file is missing: the load error class, unless the
+        # run opted into the fallback, which then says why
+        d = self.plugin_dir("brk", [], [("attention_backend", "broken", "libattn_gone.so")])
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--custom-module-dir", d,
+                              "--attn-backend", "broken"),
+                          5, "module-file-missing", "libattn_gone.so")
+        j = self.ok_json("explain", cfg("llama-3.1-8b"), "--json", "--custom-module-dir", d,
+                         "--attn-backend", "broken", "--attn-backend-fallback")
+        fb = j["attention"]["fallback"]
+        self.assertIn("'broken' unavailable", fb)
+        self.assertIn("libattn_gone.so", fb)
+        self.assertIn("fell back to", fb)
+        self.assertEqual(j["attention"]["normalized"], j["attention"]["backend"])
 
     def test_backend_without_needed_capability(self):
         d = self.mkdir("attn")

@@ -1444,7 +1444,8 @@ static void test_attn_needs(void)
         uint64_t bit;
     } order[] = {{"sliding_window", LH_ATTN_CAP_SLIDING_WINDOW}, {"chunked", LH_ATTN_CAP_CHUNKED},
                  {"mla", LH_ATTN_CAP_MLA},       {"fp8_kv", LH_ATTN_CAP_FP8_KV},
-                 {"sparse", LH_ATTN_CAP_SPARSE}, {"mixed_kv", LH_ATTN_CAP_MIXED_KV}};
+                 {"sparse", LH_ATTN_CAP_SPARSE}, {"mixed_kv", LH_ATTN_CAP_MIXED_KV},
+                 {"paged_kv", LH_ATTN_CAP_PAGED_KV}};
     lh_run_config rc;
     lh_run_config_init(&rc);
     lh_attn_need needs[LH_ATTN_MAX_NEEDS];
@@ -1538,10 +1539,47 @@ static void test_attn_needs(void)
     lh_run_config_free(&rc);
 }
 
+/* KV settings only the host pool honours need LH_ATTN_CAP_PAGED_KV, instead of being ignored
+ * by a backend with its own cache */
+static void test_paged_kv_need(void)
+{
+    static const struct {
+        const char *yaml, *because;
+    } cases[] = {
+        {"kv_cache: {layout: HND}\n", "kv_cache.layout=HND (from p.yaml:1:20)"},
+        {"kv_cache: {block_size: 32}\n", "kv_cache.block_size=32 (from p.yaml:1:24)"},
+        {"kv_cache: {max_tokens: 512}\n", "kv_cache.max_tokens=512"},
+        {"kv_cache: {memory_fraction: 0.25}\n", "kv_cache.memory_fraction=0.25"},
+        {"kv_cache: {dtype: bfloat16}\n", "kv_cache.k_dtype=bfloat16"},
+    };
+    const lh_validation_facts van = {.attn_backend = "vanilla",
+                                     .attn_caps = LH_ATTN_CAP_SLIDING_WINDOW};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        lh_run_config rc;
+        lh_run_config_init(&rc);
+        CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, cases[i].yaml, "p.yaml", NULL), LH_OK);
+        EXPECT_VALIDATE(&rc, &van, LH_E_UNSUPPORTED, "'vanilla' does not support paged_kv",
+                        cases[i].because, "configures the paged KV pool");
+        lh_validation_facts paged = van;
+        paged.attn_caps |= LH_ATTN_CAP_PAGED_KV;
+        EXPECT_VALIDATE(&rc, &paged, LH_OK, NULL);
+        lh_run_config_free(&rc);
+    }
+    /* defaults and explicit float32 ask nothing of the pool */
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "kv_cache: {dtype: float32}\n", "p.yaml",
+                                              NULL),
+                    LH_OK);
+    EXPECT_VALIDATE(&rc, &van, LH_OK, NULL);
+    lh_run_config_free(&rc);
+}
+
 static void test_validate_with_caps(void)
 {
     const uint64_t all = LH_ATTN_CAP_SLIDING_WINDOW | LH_ATTN_CAP_CHUNKED | LH_ATTN_CAP_MLA |
-                         LH_ATTN_CAP_FP8_KV | LH_ATTN_CAP_SPARSE | LH_ATTN_CAP_MIXED_KV;
+                         LH_ATTN_CAP_FP8_KV | LH_ATTN_CAP_SPARSE | LH_ATTN_CAP_MIXED_KV |
+                         LH_ATTN_CAP_PAGED_KV;
     lh_run_config rc;
     lh_run_config_init(&rc);
     /* everything needed at once: no conflict among rc-only rules (one beam, no speculation) */
@@ -1582,7 +1620,7 @@ static void test_validate_with_caps(void)
     }
     /* sparse: a run without mixed KV (that conflict is an rc-only rule, checked first) */
     CU_ASSERT_EQUAL(lh_run_config_load_string(&rc,
-                                              "kv_cache: {dtype: float16}\n"
+                                              "kv_cache: {dtype: float32}\n"
                                               "sparse_attention: {algorithm: topk_blocks, "
                                               "top_k: 2, local_blocks: 3}\n",
                                               "s.yaml", NULL),
@@ -1659,6 +1697,7 @@ static CU_TestInfo validate_tests[] = {
     {"kv pool size, mixed-precision KV, decoding", test_validate_new_rules},
     {"attention needs", test_attn_needs},
     {"capabilities of the backend", test_validate_with_caps},
+    {"KV settings need the paged KV pool", test_paged_kv_need},
     CU_TEST_INFO_NULL,
 };
 

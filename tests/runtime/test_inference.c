@@ -517,7 +517,7 @@ static void test_kv_cache_settings(void)
         lh_engine_close(e);
         CU_ASSERT_EQUAL(st, i == 0 ? LH_OK : LH_E_UNSUPPORTED);
         if (i > 0)
-            CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, i == 1 ? "kv_cache.dtype" : "fp8_kv"));
+            CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, i == 1 ? "paged_kv" : "fp8_kv"));
         lh_test_rmtree(dir);
         free(dir);
     }
