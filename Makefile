@@ -9,12 +9,16 @@ WERROR     ?= false
 MODEL      ?= tests/fixtures/configs/llama-3.1-8b
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-DEBIAN_PACKAGES = gcc libc6-dev pkg-config meson ninja-build python3 binutils \
-                  libjansson-dev libyaml-dev libcunit1-dev
+DEBIAN_PACKAGES = gcc libc6-dev pkg-config meson ninja-build python3 python3-venv binutils \
+                  libjansson-dev libyaml-dev libcunit1-dev libpcre2-dev libutf8proc-dev
+
+# Python packages of the tools the tests cover (tools/default_model), in a virtual environment
+PYENV      = $(BUILD)-pyenv
+PYTEST_ENV = LH_PYENV_PYTHON=$(CURDIR)/$(PYENV)/bin/python LH_REQUIRE_PYDEPS=1
 
 MESON_COMMON = -Dwerror=$(WERROR)
 
-.PHONY: all deps build build-asan run test test-normal test-asan bench clean
+.PHONY: all deps build build-asan pyenv run test test-normal test-asan bench clean
 
 all: build
 
@@ -39,11 +43,19 @@ build-asan: deps $(ASAN_BUILD)/build.ninja
 run: build
 	$(BUILD)/host/llmhost explain $(MODEL)
 
-test-normal: build
-	-meson test -C $(BUILD) --print-errorlogs --num-processes $(JOBS)
+$(PYENV)/.installed: tools/default_model/requirements.txt | deps
+	python3 -m venv $(PYENV)
+	$(PYENV)/bin/pip install --quiet --disable-pip-version-check -r tools/default_model/requirements.txt
+	touch $@
 
-test-asan: build-asan
-	-ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+pyenv: $(PYENV)/.installed
+
+test-normal: build pyenv
+	-$(PYTEST_ENV) meson test -C $(BUILD) --print-errorlogs --num-processes $(JOBS)
+
+test-asan: build-asan pyenv
+	-$(PYTEST_ENV) ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  meson test -C $(ASAN_BUILD) --print-errorlogs --num-processes $(JOBS)
 
 # Runs both suites to the end, then one closing line counting every test; fails if any failed.

@@ -291,6 +291,76 @@ LH_EXPORT lh_status lh_k_paged_kv_write_batch(lh_kctx *ctx, const lh_kv_pages *k
                                               const lh_paged_batch *b, const lh_tensor *k,
                                               const lh_tensor *v, const struct lh_rope *rope);
 
+
+/* ---- sampling ------------------------------------------------------------------------------
+ *
+ * Token choice from logits with the semantics of Hugging Face transformers' logits processors
+ * and warpers, applied in transformers' order:
+ *   1. repetition penalty (RepetitionPenaltyLogitsProcessor, CTRL): for every distinct id in
+ *      the row's history (prompt + tokens generated so far) the logit l becomes l / penalty
+ *      when l > 0 and l * penalty otherwise (each id once, however often it occurs);
+ *   2. temperature: l / T (f32 division). T == 0 means greedy: the argmax of the penalized
+ *      logits (first index on ties, as lh_k_argmax and torch.argmax); steps 3-5 and the draw
+ *      are skipped;
+ *   3. top-k (TopKLogitsWarper): with k > 0, every token whose logit is below the k-th largest
+ *      logit is removed. Tokens tied with the k-th largest value are all KEPT (transformers
+ *      removes `scores < topk(scores, k).values[-1]`), so more than k may survive a tie;
+ *      k >= vocab keeps all;
+ *   4. top-p (TopPLogitsWarper): with p < 1, the survivors are ordered by logit (descending;
+ *      among equal logits the lower id first) and their softmax accumulated from the least
+ *      likely upwards (in double); a token is removed when that ascending cumulative mass is
+ *      <= 1 - p. Equivalently: the smallest most-likely prefix whose mass reaches p is kept;
+ *      the most likely token is always kept. (Speed: tokens whose probability is at most
+ *      (1 - p) / (2 n), n the survivors, are removed before the sort -- together they hold at
+ *      most half of 1 - p, so the rule removes them anyway -- and the accumulation starts from
+ *      their mass, summed in id order);
+ *   5. min-p (MinPLogitsWarper, after temperature): with min_p > 0, tokens whose probability
+ *      (softmax over the survivors) is below min_p * the largest probability are removed (the
+ *      most likely token always stays);
+ *   6. draw: the survivors' softmax (computed in double, max-subtracted, summed in id order)
+ *      is inverted at one uniform number u from lh_k_rng_uniform(seed, stream, step): the
+ *      chosen id is the first whose cumulative weight exceeds u * total.
+ * Removed tokens get probability 0. Logits may be -inf (masked); NaN or +inf logits, or a
+ * row with no finite logit when sampling, are LH_E_USAGE naming the row and id.
+ *
+ * Determinism ("same seed, same output"): the draw of a row depends only on its logits, its
+ * history, the params, and (seed, stream, step); rows are independent, and nothing depends on
+ * the thread count, the ISA, the number of rows in the call or their order. Identical inputs
+ * give identical ids on every run with the same libm (the probabilities use its exp()); the
+ * generator itself is exact integer arithmetic, the same everywhere. */
+typedef struct lh_sampling_params {
+    uint32_t struct_size;     /* sizeof(lh_sampling_params) */
+    float temperature;        /* >= 0, finite; 0: greedy */
+    int64_t top_k;            /* >= 0; 0: off */
+    float top_p;              /* (0, 1]; 1: off */
+    float min_p;              /* [0, 1]; 0: off */
+    float repetition_penalty; /* > 0, finite; 1: off */
+} lh_sampling_params;
+
+/* Checks params; LH_E_USAGE naming the parameter ("top_p = 1.5 is outside (0, 1]"). With
+ * ctx == NULL the message is read with lh_k_last_error(NULL). */
+LH_EXPORT lh_status lh_k_sampling_check(lh_kctx *ctx, const lh_sampling_params *params);
+
+/* The counter-based generator behind every draw: Philox4x32-10 keyed by `seed`, counter
+ * (stream, step); returns a double in [0, 1) with 53 random bits. A pure function. */
+LH_EXPORT double lh_k_rng_uniform(uint64_t seed, uint64_t stream, uint64_t step);
+
+/* The distribution a row is drawn from: probs[M, V] f32 after steps 1-5 (renormalized;
+ * removed tokens 0; greedy: 1 at the argmax, 0 elsewhere). logits [M, V] f32 is not changed.
+ * history[r] (history_len[r] ids in [0, V)) feeds the repetition penalty; history may be NULL
+ * when every history_len is 0 or history_len is NULL. probs must not overlap logits. */
+LH_EXPORT lh_status lh_k_sampling_probs(lh_kctx *ctx, const lh_sampling_params *params,
+                                        const lh_tensor *logits, const int32_t *const *history,
+                                        const int64_t *history_len, lh_tensor *probs);
+
+/* Chooses out[r] for each row of logits [M, V] f32 (not changed): steps 1-6 above with
+ * u = lh_k_rng_uniform(seed, stream[r], step[r]). history as for lh_k_sampling_probs; stream
+ * and step may be NULL only for greedy params (T == 0). */
+LH_EXPORT lh_status lh_k_sample(lh_kctx *ctx, const lh_sampling_params *params,
+                                const lh_tensor *logits, const int32_t *const *history,
+                                const int64_t *history_len, uint64_t seed,
+                                const uint64_t *stream, const uint64_t *step, int32_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
 #include "api/attn_select.h"
 #include "api/host_api_table.h"
 #include "api/host_internal.h"
+#include "config/generation_config.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "model/model.h"
@@ -32,6 +33,7 @@ struct lh_engine {
     lh_decoder dec;
     bool dec_ready;
     lh_generate_stats last; /* the last generate call's timings (lh_engine_last_stats) */
+    lh_generation_config gen; /* generation_config.json (lh_engine_generation_defaults) */
 };
 
 void lh_engine_close(lh_engine *e)
@@ -45,6 +47,7 @@ void lh_engine_close(lh_engine *e)
     lh_resolution_free(&e->res);
     lh_model_config_free(e->cfg);
     lh_run_config_free(&e->rc);
+    lh_generation_config_free(&e->gen);
     free(e);
 }
 
@@ -119,6 +122,10 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     if (st == LH_OK && e->res.kind != LH_KIND_MODEL)
         st = lh_err_set(err, LH_E_UNSUPPORTED, "%s resolves to a %s; only causal LMs generate",
                         e->cfg->path, lh_kind_name(e->res.kind));
+    if (st == LH_OK) /* a malformed generation_config.json fails here, before any weight */
+        st = lh_generation_config_load(e->cfg->dir, &e->gen, err);
+    if (st == LH_OK && !e->gen.present) /* transformers: from the model config (its eos ids) */
+        st = lh_generation_config_from_model(e->cfg->root, e->cfg->path, &e->gen, err);
     if (st == LH_OK)
         st = lh_model_build(lh_host_api_table(), &e->res.entry->p.model, e->cfg, &e->rc,
                             &e->model, err);
@@ -195,6 +202,41 @@ lh_status lh_engine_generate_greedy(lh_engine *e, const int32_t *const *prompts,
         return lh_err_set(err, LH_E_USAGE, "lh_engine_generate_greedy: NULL argument");
     return lh_generate_greedy(&e->dec, e->kctx, prompts, lens, n_seqs, max_new, out, &e->last,
                               err);
+}
+
+lh_status lh_engine_generation_defaults(const lh_engine *e, lh_generate_params *out,
+                                        lh_err *err)
+{
+    lh_err_clear(err);
+    if (!e || !out)
+        return lh_err_set(err, LH_E_USAGE, "lh_engine_generation_defaults: %s is NULL",
+                          e ? "out" : "engine");
+    if (out->struct_size < sizeof *out)
+        return lh_err_set(err, LH_E_USAGE, "lh_engine_generation_defaults: out.struct_size %u "
+                          "is smaller than this library's %zu; set it to "
+                          "sizeof(lh_generate_params)", out->struct_size, sizeof *out);
+    const lh_generation_config *g = &e->gen;
+    lh_generate_params p = {.struct_size = out->struct_size, .do_sample = g->do_sample,
+                            .temperature = g->temperature, .top_k = g->top_k, .top_p = g->top_p,
+                            .min_p = g->min_p, .repetition_penalty = g->repetition_penalty,
+                            .seed = 0, .max_new_tokens = 32, .stop_ids = g->eos_ids,
+                            .n_stop_ids = g->n_eos, .seq_streams = NULL};
+    memcpy(out, &p, sizeof p); /* this library's fields only */
+    return LH_OK;
+}
+
+lh_status lh_engine_generate(lh_engine *e, const lh_generate_params *params,
+                             const int32_t *const *prompts, const int64_t *lens, int64_t n_seqs,
+                             int32_t *out, int64_t *out_lens, lh_stop_reason *stop, lh_err *err)
+{
+    lh_err_clear(err);
+    if (e)
+        e->last = (lh_generate_stats){0};
+    if (!e || !params || !prompts || !lens || !out_lens ||
+        (!out && (params->struct_size < sizeof *params || params->max_new_tokens > 0)))
+        return lh_err_set(err, LH_E_USAGE, "lh_engine_generate: NULL argument");
+    return lh_generate(&e->dec, e->kctx, params, prompts, lens, n_seqs, out, out_lens, stop,
+                       &e->last, err);
 }
 
 lh_status lh_engine_last_stats(const lh_engine *e, lh_generate_stats *out, lh_err *err)

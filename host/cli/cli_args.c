@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,14 @@ enum {
     OPT_BATCH,
     OPT_WARMUP,
     OPT_VERBOSE,
+    OPT_TEMPERATURE,
+    OPT_TOP_K,
+    OPT_TOP_P,
+    OPT_MIN_P,
+    OPT_REPETITION_PENALTY,
+    OPT_SEED,
+    OPT_STOP_TOKEN_ID,
+    OPT_IGNORE_EOS,
 };
 
 static const struct option options[] = {
@@ -58,6 +68,14 @@ static const struct option options[] = {
     {"batch", required_argument, NULL, OPT_BATCH},
     {"warmup", required_argument, NULL, OPT_WARMUP},
     {"verbose", no_argument, NULL, OPT_VERBOSE},
+    {"temperature", required_argument, NULL, OPT_TEMPERATURE},
+    {"top-k", required_argument, NULL, OPT_TOP_K},
+    {"top-p", required_argument, NULL, OPT_TOP_P},
+    {"min-p", required_argument, NULL, OPT_MIN_P},
+    {"repetition-penalty", required_argument, NULL, OPT_REPETITION_PENALTY},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"stop-token-id", required_argument, NULL, OPT_STOP_TOKEN_ID},
+    {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
     {NULL, 0, NULL, 0},
 };
 
@@ -71,6 +89,22 @@ static int parse_long(const char *cmd, const char *flag, const char *text, long 
     if (errno || end == text || *end || v < lo || v > hi) {
         fprintf(stderr, "llmhost %s: %s '%s' must be a whole number from %ld to %ld\n", cmd, flag,
                 text, lo, hi);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A finite decimal number in the range `what` describes (lo, lo_open, hi, hi_open); prints the
+ * reason and returns 2 otherwise. */
+static int parse_double(const char *cmd, const char *flag, const char *text, double lo,
+                        bool lo_open, double hi, const char *what, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !isfinite(v) || (lo_open ? v <= lo : v < lo) || v > hi) {
+        fprintf(stderr, "llmhost %s: %s '%s' must be %s\n", cmd, flag, text, what);
         return 2;
     }
     *out = v;
@@ -182,6 +216,56 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
         case OPT_BATCH: a->batches = optarg; break;
         case OPT_WARMUP: rc = parse_long(a->command, "--warmup", optarg, 0, 100, &a->warmup); break;
         case OPT_VERBOSE: a->verbose = true; break;
+        case OPT_TEMPERATURE:
+            a->temperature_given = true;
+            rc = parse_double(a->command, "--temperature", optarg, 0, false, HUGE_VAL,
+                              "a number >= 0 (0: greedy)", &a->temperature);
+            break;
+        case OPT_TOP_K:
+            a->top_k_given = true;
+            rc = parse_long(a->command, "--top-k", optarg, 0, 1L << 30, &a->top_k);
+            break;
+        case OPT_TOP_P:
+            a->top_p_given = true;
+            rc = parse_double(a->command, "--top-p", optarg, 0, true, 1, "a number in (0, 1]",
+                              &a->top_p);
+            break;
+        case OPT_MIN_P:
+            a->min_p_given = true;
+            rc = parse_double(a->command, "--min-p", optarg, 0, false, 1, "a number in [0, 1]",
+                              &a->min_p);
+            break;
+        case OPT_REPETITION_PENALTY:
+            a->repetition_penalty_given = true;
+            rc = parse_double(a->command, "--repetition-penalty", optarg, 0, true, HUGE_VAL,
+                              "a number > 0 (1: off)", &a->repetition_penalty);
+            break;
+        case OPT_SEED: {
+            char *end;
+            errno = 0;
+            unsigned long long v = optarg[0] >= '0' && optarg[0] <= '9'
+                                       ? strtoull(optarg, &end, 10) : (end = optarg, 0);
+            if (errno || end == optarg || *end) {
+                fprintf(stderr, "llmhost %s: --seed '%s' must be a whole number from 0 to "
+                        "18446744073709551615\n", a->command, optarg);
+                rc = 2;
+            }
+            a->seed = v;
+            a->seed_given = true;
+            break;
+        }
+        case OPT_STOP_TOKEN_ID: {
+            long v = 0;
+            if (a->n_stop_ids == LH_CLI_MAX_DIRS) {
+                fprintf(stderr, "llmhost: at most %d --stop-token-id\n", LH_CLI_MAX_DIRS);
+                rc = 2;
+            } else if ((rc = parse_long(a->command, "--stop-token-id", optarg, 0, INT32_MAX,
+                                        &v)) == 0) {
+                a->stop_ids[a->n_stop_ids++] = (int)v;
+            }
+            break;
+        }
+        case OPT_IGNORE_EOS: a->ignore_eos = true; break;
         case OPT_LOG_LEVEL:
             if (strcmp(optarg, "error") && strcmp(optarg, "warn") && strcmp(optarg, "info") &&
                 strcmp(optarg, "debug")) {

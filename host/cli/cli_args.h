@@ -23,6 +23,14 @@ typedef struct lh_cli_args {
     const char *tokens;   /* --tokens */
     const char *out_file; /* --out */
     long max_new;         /* -n / --max-new-tokens; -1 when not given */
+    /* run: sampling (each *_given when the flag was on the command line; ranges checked) */
+    double temperature, top_p, min_p, repetition_penalty;
+    long top_k;
+    unsigned long long seed;
+    bool temperature_given, top_p_given, min_p_given, repetition_penalty_given, top_k_given,
+         seed_given, ignore_eos;
+    int stop_ids[LH_CLI_MAX_DIRS]; /* --stop-token-id, repeatable */
+    size_t n_stop_ids;
     /* bench */
     const char *contexts; /* --context N[,N...] (checked by the bench command) */
     const char *batches;  /* --batch B[,B...] */

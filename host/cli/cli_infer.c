@@ -77,13 +77,33 @@ static int open_engine(const lh_cli_args *a, char *const *overrides, lh_host **h
 
 static const char run_help[] =
     "usage: llmhost run MODEL --prompt-tokens IDS [--prompt-tokens IDS]... [-n N] [--json]\n"
+    "       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]\n"
+    "       [--seed S] [--stop-token-id ID]... [--ignore-eos]\n"
     "       [--verbose] [--threads N] [--attn-backend NAME] [--config FILE.yaml]\n"
     "       [run-config flags]\n"
-    "Greedy generation from token ids (comma-separated), all prompts in one batch (the batch\n"
-    "size defaults to the number of prompts). Exactly N tokens per prompt: end-of-sequence\n"
-    "ids do not stop generation yet.\n"
-    "-n N (--max-new-tokens) new tokens per prompt (default 32). With --json, one line per\n"
-    "prompt: {\"tokens\": [generated ids]}.\n"
+    "Generation from token ids (comma-separated), all prompts in one batch (the batch size\n"
+    "defaults to the number of prompts). Defaults come from the model's generation_config.json\n"
+    "as transformers applies them (do_sample, temperature, top_k, top_p, min_p,\n"
+    "repetition_penalty; eos_token_id as stop ids); without that file: greedy, with\n"
+    "config.json's eos_token_id (if any) as stop ids.\n"
+    "-n N (--max-new-tokens) new tokens per prompt at most (default 32).\n"
+    "A prompt stops early after a stop token, which is printed as its last token (as\n"
+    "transformers' generate() includes the eos token); the other prompts continue.\n"
+    "--temperature T   T > 0 samples (T scales the logits); 0 is greedy\n"
+    "--top-k K         keep the K most likely tokens (ties with the K-th all kept); 0: off\n"
+    "--top-p P         nucleus: keep the smallest most-likely set with mass >= P, in (0, 1]\n"
+    "--min-p P         keep tokens with probability >= P x the largest, in [0, 1]\n"
+    "                  (--temperature > 0, --top-k, --top-p and --min-p turn sampling on,\n"
+    "                  --temperature 0 turns it off)\n"
+    "--repetition-penalty R  CTRL penalty (> 0, 1: off) on every id of prompt + output;\n"
+    "                  applies to greedy too\n"
+    "--seed S          sampling seed (default 0); the same seed gives the same tokens\n"
+    "                  whatever --threads and the other prompts (prompt i draws from\n"
+    "                  stream i)\n"
+    "--stop-token-id ID  stop a prompt after ID (repeatable; replaces the model's eos ids)\n"
+    "--ignore-eos      no stop ids: exactly N tokens per prompt\n"
+    "Output: one line per prompt, the generated ids; with --json\n"
+    "{\"tokens\": [ids], \"stopped\": \"eos\"|\"length\"}.\n"
     "--verbose prints the timings of the prefill and the decode steps to stderr (see\n"
     "`llmhost bench --help` for what each covers).\n";
 
@@ -134,15 +154,60 @@ int lh_cli_run(const lh_cli_args *a)
             rc = LH_E_NOMEM;
         }
     }
-    if (rc == 0 && lh_engine_generate_greedy(e, (const int32_t *const *)ids, lens,
-                                             (int64_t)a->n_prompts, max_new, out, &err) != LH_OK)
+    lh_generate_params gp = {.struct_size = sizeof gp};
+    int64_t out_lens[LH_CLI_MAX_DIRS] = {0};
+    lh_stop_reason stopped[LH_CLI_MAX_DIRS] = {0};
+    int32_t stop_ids[LH_CLI_MAX_DIRS];
+    if (rc == 0 && lh_engine_generation_defaults(e, &gp, &err) != LH_OK)
         rc = report(&err);
+    if (rc == 0) {
+        gp.max_new_tokens = max_new;
+        if (a->temperature_given) {
+            gp.temperature = (float)a->temperature;
+            gp.do_sample = a->temperature > 0;
+        }
+        if (a->top_k_given) {
+            gp.top_k = a->top_k;
+            gp.do_sample = gp.do_sample || !a->temperature_given;
+        }
+        if (a->top_p_given) {
+            gp.top_p = (float)a->top_p;
+            gp.do_sample = gp.do_sample || !a->temperature_given;
+        }
+        if (a->min_p_given) {
+            gp.min_p = (float)a->min_p;
+            gp.do_sample = gp.do_sample || !a->temperature_given;
+        }
+        if (a->repetition_penalty_given)
+            gp.repetition_penalty = (float)a->repetition_penalty;
+        if (a->seed_given)
+            gp.seed = (uint64_t)a->seed;
+        if (a->n_stop_ids) {
+            for (size_t i = 0; i < a->n_stop_ids; i++)
+                stop_ids[i] = (int32_t)a->stop_ids[i];
+            gp.stop_ids = stop_ids;
+            gp.n_stop_ids = (int64_t)a->n_stop_ids;
+        }
+        if (a->ignore_eos) {
+            gp.stop_ids = NULL;
+            gp.n_stop_ids = 0;
+        }
+        if (lh_engine_generate(e, &gp, (const int32_t *const *)ids, lens, (int64_t)a->n_prompts,
+                               out, out_lens, stopped, &err) != LH_OK)
+            rc = report(&err);
+    }
     lh_generate_stats gs = {.struct_size = sizeof gs};
     if (rc == 0 && a->verbose && lh_engine_last_stats(e, &gs, &err) == LH_OK) {
         fprintf(stderr, "llmhost run: prefill %lld tokens in %.6f s (%.1f tok/s)",
                 (long long)gs.prefill_tokens, gs.prefill_seconds,
                 gs.prefill_seconds > 0 ? (double)gs.prefill_tokens / gs.prefill_seconds : 0.0);
-        if (gs.decode_steps > 0)
+        if (gs.decode_steps > 0 && gs.decode_tokens != gs.decode_steps * (int64_t)a->n_prompts)
+            fprintf(stderr, "; decode %lld steps = %lld tokens (sequences stopped early) in %.6f s "
+                    "(%.1f tok/s, %.3f ms/step)", (long long)gs.decode_steps,
+                    (long long)gs.decode_tokens, gs.decode_seconds,
+                    gs.decode_seconds > 0 ? (double)gs.decode_tokens / gs.decode_seconds : 0.0,
+                    1e3 * gs.decode_seconds / (double)gs.decode_steps);
+        else if (gs.decode_steps > 0)
             fprintf(stderr, "; decode %lld steps x %zu sequence%s = %lld tokens in %.6f s "
                     "(%.1f tok/s, %.3f ms/step)", (long long)gs.decode_steps, a->n_prompts,
                     a->n_prompts == 1 ? "" : "s", (long long)gs.decode_tokens,
@@ -153,9 +218,12 @@ int lh_cli_run(const lh_cli_args *a)
     }
     for (size_t s = 0; rc == 0 && s < a->n_prompts; s++) {
         fputs(a->json ? "{\"tokens\": [" : "", stdout);
-        for (int64_t k = 0; k < max_new; k++)
+        for (int64_t k = 0; k < out_lens[s]; k++)
             printf("%s%d", k ? (a->json ? ", " : " ") : "", out[s * (size_t)max_new + (size_t)k]);
-        fputs(a->json ? "]}\n" : "\n", stdout);
+        if (a->json)
+            printf("], \"stopped\": \"%s\"}\n", stopped[s] == LH_STOP_EOS ? "eos" : "length");
+        else
+            fputc('\n', stdout);
     }
     free(out);
     for (size_t i = 0; i < a->n_prompts; i++)

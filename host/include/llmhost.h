@@ -127,7 +127,7 @@ LH_EXPORT lh_status lh_engine_generate_greedy(lh_engine *e, const int32_t *const
                                               const int64_t *lens, int64_t n_seqs,
                                               int64_t max_new, int32_t *out, lh_err *err);
 
-/* Timings of the engine's last lh_engine_generate_greedy call, measured with CLOCK_MONOTONIC.
+/* Timings of the engine's last lh_engine_generate_greedy or lh_engine_generate call, measured with CLOCK_MONOTONIC.
  * The prefill is the one packed step over every prompt plus the greedy choice of each
  * sequence's first new token: prefill_tokens = the sum of the prompt lengths. Each decode step
  * feeds one token per sequence and chooses the next: decode_steps = max_new - 1 (0 when max_new
@@ -154,6 +154,69 @@ typedef struct lh_generate_stats {
  * (nothing is written then). */
 LH_EXPORT lh_status lh_engine_last_stats(const lh_engine *e, lh_generate_stats *out,
                                          lh_err *err);
+
+/* ---- sampling and stop tokens ----------------------------------------------------------- */
+
+/* Generation parameters, with the semantics of Hugging Face transformers' generate():
+ * the repetition penalty, then (when sampling) temperature, top-k, top-p and min-p, as
+ * lh_kernels.h "sampling" defines them (ties at the top-k boundary are all kept).
+ * Greedy (argmax of the penalized logits, first index on ties) when do_sample is false or
+ * temperature is 0; then temperature, top_k, top_p, min_p and seed are not used (but must
+ * still be valid).
+ * lh_engine_generation_defaults fills one from the model directory's generation_config.json
+ * (do_sample, temperature, top_k, top_p, min_p, repetition_penalty and eos_token_id as the
+ * stop ids; transformers' defaults for absent keys: do_sample false, temperature 1, top_k 50,
+ * top_p 1, min_p off, repetition_penalty 1, no stop ids; other keys such as max_length or
+ * max_new_tokens are not honoured). Without that file, as transformers derives the generation
+ * config from the model config: the defaults with config.json's eos_token_id as stop ids.
+ * A malformed generation_config.json fails lh_engine_open with LH_E_CONFIG (FILE:LINE:COL for
+ * JSON syntax, the key otherwise). Fields are only ever appended; struct_size covers them. */
+typedef struct lh_generate_params {
+    uint32_t struct_size;       /* sizeof(lh_generate_params) */
+    bool do_sample;
+    float temperature;          /* >= 0, finite */
+    int64_t top_k;              /* >= 0; 0: off */
+    float top_p;                /* (0, 1]; 1: off */
+    float min_p;                /* [0, 1]; 0: off */
+    float repetition_penalty;   /* > 0, finite; 1: off */
+    uint64_t seed;
+    int64_t max_new_tokens;     /* >= 0 */
+    const int32_t *stop_ids;    /* n_stop_ids ids (>= 0); borrowed for the call */
+    int64_t n_stop_ids;
+    /* The random stream of each sequence: sequence s draws its step-k number from
+     * (seed, seq_streams[s], k). NULL: stream s (its position in the batch). */
+    const uint64_t *seq_streams;
+} lh_generate_params;
+
+typedef enum lh_stop_reason {
+    LH_STOP_LENGTH = 0, /* max_new_tokens generated */
+    LH_STOP_EOS = 1     /* the last generated token is one of stop_ids */
+} lh_stop_reason;
+
+/* Fills *out (out->struct_size must be at least sizeof(lh_generate_params); kept as given)
+ * with the model's defaults (see above), max_new_tokens 32, seed 0 and seq_streams NULL.
+ * stop_ids points into the engine and lives as long as it. */
+LH_EXPORT lh_status lh_engine_generation_defaults(const lh_engine *e, lh_generate_params *out,
+                                                  lh_err *err);
+
+/* Generates for n_seqs prompts in one batch: out [n_seqs, max_new_tokens] ids, row-major,
+ * caller-allocated; out_lens[s] receives the number of tokens sequence s generated and
+ * stop[s] (may be NULL) why it stopped. A sequence stops after generating a token in
+ * stop_ids -- that token IS part of its output, as in transformers' generate() -- or after
+ * max_new_tokens tokens; a stopped sequence leaves the batch while the others continue. The
+ * rest of a stopped row of out is filled with -1.
+ * Same seed, same output: for the same model files, run config, prompt, parameters and
+ * stream, the tokens are identical from run to run whatever the thread count or the other
+ * sequences in the batch, as long as the logits are identical; with do_sample false the
+ * result is lh_engine_generate_greedy's (which equals this with the defaults of a model
+ * without generation_config.json, do_sample false and no stop ids).
+ * Errors: as lh_engine_generate_greedy, plus LH_E_USAGE naming a bad parameter (checked
+ * before any step runs). lh_engine_last_stats reports the call (decode_tokens counts only the
+ * tokens of sequences still running). */
+LH_EXPORT lh_status lh_engine_generate(lh_engine *e, const lh_generate_params *params,
+                                       const int32_t *const *prompts, const int64_t *lens,
+                                       int64_t n_seqs, int32_t *out, int64_t *out_lens,
+                                       lh_stop_reason *stop, lh_err *err);
 
 /* Writes data [rows, cols] float32 to `path` as a NumPy .npy file ('<f4', C order), the
  * format of `llmhost logits --out`. Errors: LH_E_IO naming the path. */

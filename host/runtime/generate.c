@@ -114,16 +114,102 @@ static lh_status check_pool(const lh_decoder *d, const int64_t *lens, int64_t n_
     return LH_OK;
 }
 
-lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const *prompts,
-                             const int64_t *lens, int64_t n_seqs, int64_t max_new, int32_t *out,
-                             lh_generate_stats *stats, lh_err *err)
+/* The kernel's view of the parameters: temperature 0 means greedy */
+static lh_sampling_params kernel_params(const lh_generate_params *p)
+{
+    lh_sampling_params k = {.struct_size = sizeof k,
+                            .temperature = p->do_sample ? p->temperature : 0.0f,
+                            .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p,
+                            .repetition_penalty = p->repetition_penalty};
+    return k;
+}
+
+typedef struct choose_ctx {
+    lh_sampling_params kp;
+    bool plain_greedy;         /* argmax of the raw logits: the lh_k_argmax path */
+    const lh_generate_params *p;
+    int32_t **hist;            /* per sequence: prompt + generated */
+    const int32_t **hist_rows; /* per row of a step */
+    int64_t *hist_len, *row_hist_len;
+    uint64_t *stream, *step;
+} choose_ctx;
+
+/* Chooses the next id of each of `rows` sequences (seq[i] for row i), which have generated
+ * k tokens so far. */
+static lh_status choose(lh_decoder *d, lh_kctx *kctx, choose_ctx *c, const float *logits,
+                        int64_t rows, const int64_t *seq, int64_t k, int32_t *ids, lh_err *err)
+{
+    if (c->plain_greedy)
+        return pick(d, kctx, logits, rows, ids, err);
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t s = seq[i];
+        c->hist_rows[i] = c->hist[s];
+        c->row_hist_len[i] = c->hist_len[s];
+        c->stream[i] = c->p->seq_streams ? c->p->seq_streams[s] : (uint64_t)s;
+        c->step[i] = (uint64_t)k;
+    }
+    int64_t shape[2] = {rows, d->vocab};
+    lh_tensor t = lh_tensor_cpu(LH_DTYPE_F32, (void *)logits, 2, shape);
+    lh_status st = lh_k_sample(kctx, &c->kp, &t, c->hist_rows, c->row_hist_len,
+                               c->p->seed, c->stream, c->step, ids);
+    if (st != LH_OK)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "%s choice: %s",
+                          c->kp.temperature == 0.0f ? "greedy" : "sampled",
+                          lh_k_last_error(kctx));
+    return LH_OK;
+}
+
+static bool is_stop(const lh_generate_params *p, int32_t id)
+{
+    for (int64_t i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] == id)
+            return true;
+    return false;
+}
+
+static lh_status check_params(lh_kctx *kctx, const lh_generate_params *p, lh_err *err)
+{
+    if (!p)
+        return lh_err_set(err, LH_E_USAGE, "generate: params is NULL");
+    if (p->struct_size < sizeof *p)
+        return lh_err_set(err, LH_E_USAGE, "generate: params.struct_size %u is smaller than "
+                          "this library's %zu; set it to sizeof(lh_generate_params)",
+                          p->struct_size, sizeof *p);
+    if (p->max_new_tokens < 0)
+        return lh_err_set(err, LH_E_USAGE, "generate: max_new_tokens = %lld must be >= 0",
+                          (long long)p->max_new_tokens);
+    if (p->n_stop_ids < 0 || (p->n_stop_ids > 0 && !p->stop_ids))
+        return lh_err_set(err, LH_E_USAGE, "generate: %lld stop_ids%s",
+                          (long long)p->n_stop_ids, p->n_stop_ids < 0 ? "" : " but stop_ids is NULL");
+    for (int64_t i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0)
+            return lh_err_set(err, LH_E_USAGE, "generate: stop_ids[%lld] = %d is not a token id",
+                              (long long)i, p->stop_ids[i]);
+    lh_sampling_params kp = kernel_params(p);
+    kp.temperature = p->temperature; /* checked even when unused */
+    if (lh_k_sampling_check(kctx, &kp) != LH_OK) {
+        const char *m = lh_k_last_error(kctx);
+        const char *colon = strstr(m, ": ");
+        return lh_err_set(err, LH_E_USAGE, "generate: %s", colon ? colon + 2 : m);
+    }
+    return LH_OK;
+}
+
+lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
+                      const int32_t *const *prompts, const int64_t *lens, int64_t n_seqs,
+                      int32_t *out, int64_t *out_lens, lh_stop_reason *stop,
+                      lh_generate_stats *stats, lh_err *err)
 {
     lh_generate_stats dummy = {0};
     if (!stats)
         stats = &dummy;
     const uint32_t keep = stats->struct_size;
     *stats = (lh_generate_stats){.struct_size = keep};
-    if (n_seqs <= 0 || max_new < 0)
+    lh_status st0 = check_params(kctx, p, err);
+    if (st0 != LH_OK)
+        return st0;
+    const int64_t max_new = p->max_new_tokens;
+    if (n_seqs <= 0)
         return lh_err_set(err, LH_E_USAGE, "generate: %lld sequences, %lld new tokens",
                           (long long)n_seqs, (long long)max_new);
     if (n_seqs > d->max_seqs)
@@ -146,9 +232,17 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
                               (long long)max_new, (long long)d->max_seq_len);
         total += lens[s];
     }
-    lh_status st0 = check_pool(d, lens, n_seqs, max_new - (max_new > 0), err);
+    st0 = check_pool(d, lens, n_seqs, max_new - (max_new > 0), err);
     if (st0 != LH_OK)
         return st0;
+    for (int64_t s = 0; s < n_seqs; s++) {
+        if (out_lens)
+            out_lens[s] = 0;
+        if (stop)
+            stop[s] = LH_STOP_LENGTH;
+        for (int64_t k = 0; k < max_new; k++)
+            out[s * max_new + k] = -1;
+    }
     if (max_new == 0)
         return LH_OK;
     step_buf b;
@@ -156,13 +250,39 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
                                   err);
     if (st != LH_OK)
         return st;
+    choose_ctx c = {.kp = kernel_params(p), .p = p};
+    c.plain_greedy = c.kp.temperature == 0.0f && p->repetition_penalty == 1.0f;
+    int64_t *seq = malloc((size_t)n_seqs * sizeof *seq);
+    bool *done = calloc((size_t)n_seqs, sizeof *done);
+    if (!c.plain_greedy) {
+        c.hist = calloc((size_t)n_seqs, sizeof *c.hist);
+        c.hist_rows = calloc((size_t)n_seqs, sizeof *c.hist_rows);
+        c.hist_len = calloc((size_t)n_seqs, sizeof *c.hist_len);
+        c.row_hist_len = calloc((size_t)n_seqs, sizeof *c.row_hist_len);
+        c.stream = calloc((size_t)n_seqs, sizeof *c.stream);
+        c.step = calloc((size_t)n_seqs, sizeof *c.step);
+        bool ok = c.hist && c.hist_rows && c.hist_len && c.row_hist_len && c.stream && c.step;
+        for (int64_t s = 0; ok && s < n_seqs; s++) {
+            c.hist[s] = malloc((size_t)(lens[s] + max_new) * sizeof **c.hist);
+            ok = c.hist[s] != NULL;
+            if (ok) {
+                memcpy(c.hist[s], prompts[s], (size_t)lens[s] * sizeof **c.hist);
+                c.hist_len[s] = lens[s];
+            }
+        }
+        if (!ok)
+            st = lh_err_set(err, LH_E_NOMEM, "out of memory for the sampling state");
+    }
+    if (st == LH_OK && (!seq || !done))
+        st = lh_err_set(err, LH_E_NOMEM, "out of memory");
     /* prefill: every prompt in one packed step */
     int64_t t = 0;
-    for (int64_t s = 0; s < n_seqs; s++) {
+    for (int64_t s = 0; s < n_seqs && st == LH_OK; s++) {
         b.token_start[s] = t;
         b.n_new[s] = lens[s];
         b.ctx_len[s] = 0;
         b.slot[s] = s;
+        seq[s] = s;
         for (int64_t i = 0; i < lens[s]; i++, t++) {
             b.tokens[t] = prompts[s][i];
             b.positions[t] = (int32_t)i;
@@ -170,45 +290,101 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
         b.out_rows[s] = t - 1;
     }
     lh_attn_step step = make_step(&b, total, n_seqs);
-    double t0 = mono_seconds();
-    st = lh_decoder_forward(d, kctx, &step, b.tokens, b.out_rows, n_seqs, b.logits, err);
-    if (st == LH_OK)
-        st = pick(d, kctx, b.logits, n_seqs, b.tokens, err);
-    double t1 = mono_seconds();
+    double t0 = mono_seconds(), t1 = t0;
+    if (st == LH_OK) {
+        st = lh_decoder_forward(d, kctx, &step, b.tokens, b.out_rows, n_seqs, b.logits, err);
+        if (st == LH_OK)
+            st = choose(d, kctx, &c, b.logits, n_seqs, seq, 0, b.tokens, err);
+        t1 = mono_seconds();
+    }
     if (st == LH_OK) {
         stats->prefill_tokens = total;
         stats->prefill_seconds = t1 - t0;
     }
-    for (int64_t s = 0; s < n_seqs && st == LH_OK; s++)
-        out[s * max_new] = b.tokens[s];
-    /* decode: one new token per sequence per step; the clock runs across the steps (their
-     * input assembly included), and what completed is recorded after each one */
+    /* records row i's new token (sequence seq[i], its k-th) */
+#define ACCEPT(i, k)                                                                            \
+    do {                                                                                        \
+        int64_t s_ = seq[i];                                                                    \
+        int32_t id_ = b.tokens[i];                                                              \
+        out[s_ * max_new + (k)] = id_;                                                          \
+        if (out_lens)                                                                           \
+            out_lens[s_] = (k) + 1;                                                             \
+        if (c.hist)                                                                             \
+            c.hist[s_][c.hist_len[s_]++] = id_;                                                 \
+        if (is_stop(p, id_)) {                                                                  \
+            done[s_] = true;                                                                    \
+            if (stop)                                                                           \
+                stop[s_] = LH_STOP_EOS;                                                         \
+        }                                                                                       \
+    } while (0)
+    for (int64_t i = 0; i < n_seqs && st == LH_OK; i++)
+        ACCEPT(i, 0);
+    /* decode: one new token per running sequence per step; the clock runs across the steps
+     * (their input assembly included), and what completed is recorded after each one */
+    int64_t decoded = 0;
     for (int64_t k = 1; k < max_new && st == LH_OK; k++) {
+        int64_t n = 0;
         for (int64_t s = 0; s < n_seqs; s++) {
-            b.token_start[s] = s;
-            b.n_new[s] = 1;
-            b.ctx_len[s] = lens[s] + k - 1;
-            b.tokens[s] = out[s * max_new + k - 1];
-            b.positions[s] = (int32_t)b.ctx_len[s];
-            b.out_rows[s] = s;
+            if (done[s])
+                continue;
+            b.token_start[n] = n;
+            b.n_new[n] = 1;
+            b.ctx_len[n] = lens[s] + k - 1;
+            b.tokens[n] = out[s * max_new + k - 1];
+            b.positions[n] = (int32_t)b.ctx_len[n];
+            b.slot[n] = s;
+            b.out_rows[n] = n;
+            seq[n] = s;
+            n++;
         }
-        step = make_step(&b, n_seqs, n_seqs);
-        st = lh_decoder_forward(d, kctx, &step, b.tokens, b.out_rows, n_seqs, b.logits, err);
+        if (n == 0)
+            break;
+        step = make_step(&b, n, n);
+        st = lh_decoder_forward(d, kctx, &step, b.tokens, b.out_rows, n, b.logits, err);
         if (st == LH_OK)
-            st = pick(d, kctx, b.logits, n_seqs, b.tokens, err);
+            st = choose(d, kctx, &c, b.logits, n, seq, k, b.tokens, err);
         if (st == LH_OK) {
             double t2 = mono_seconds();
+            decoded += n;
             stats->decode_steps = k;
-            stats->decode_tokens = k * n_seqs;
+            stats->decode_tokens = decoded;
             stats->decode_seconds = t2 - t1;
         }
-        for (int64_t s = 0; s < n_seqs && st == LH_OK; s++)
-            out[s * max_new + k] = b.tokens[s];
+        for (int64_t i = 0; i < n && st == LH_OK; i++)
+            ACCEPT(i, k);
     }
+#undef ACCEPT
     for (int64_t s = 0; s < n_seqs; s++)
         lh_decoder_release(d, s);
+    if (c.hist)
+        for (int64_t s = 0; s < n_seqs; s++)
+            free(c.hist[s]);
+    free(c.hist);
+    free(c.hist_rows);
+    free(c.hist_len);
+    free(c.row_hist_len);
+    free(c.stream);
+    free(c.step);
+    free(seq);
+    free(done);
     step_buf_free(&b);
     return st;
+}
+
+lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const *prompts,
+                             const int64_t *lens, int64_t n_seqs, int64_t max_new, int32_t *out,
+                             lh_generate_stats *stats, lh_err *err)
+{
+    if (max_new < 0) { /* the old message, before any parameter check */
+        if (stats)
+            *stats = (lh_generate_stats){.struct_size = stats->struct_size};
+        return lh_err_set(err, LH_E_USAGE, "generate: %lld sequences, %lld new tokens",
+                          (long long)n_seqs, (long long)max_new);
+    }
+    lh_generate_params p = {.struct_size = sizeof p, .do_sample = false, .temperature = 1.0f,
+                            .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
+                            .repetition_penalty = 1.0f, .max_new_tokens = max_new};
+    return lh_generate(d, kctx, &p, prompts, lens, n_seqs, out, NULL, NULL, stats, err);
 }
 
 lh_status lh_sequence_logits(lh_decoder *d, lh_kctx *kctx, const int32_t *tokens, int64_t n,

@@ -5,7 +5,7 @@
 #include "decoder.h"
 #include "llmhost.h"
 
-/* Greedy continuation of n_seqs prompts, all in one packed prefill step and then one packed
+/* Greedy continuation of n_seqs prompts (lh_generate with do_sample false and no stop ids), all in one packed prefill step and then one packed
  * decode step per new token. out receives max_new ids per sequence, row-major [n_seqs,
  * max_new]. Sequence slots 0..n_seqs-1 are used and released. Errors: LH_E_USAGE (empty
  * prompt, more sequences than slots, token id outside the vocabulary), kernel and attention
@@ -15,6 +15,18 @@
 lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const *prompts,
                              const int64_t *lens, int64_t n_seqs, int64_t max_new, int32_t *out,
                              lh_generate_stats *stats, lh_err *err);
+
+/* Generation with the parameters llmhost.h describes for lh_engine_generate: one packed
+ * prefill step, then one packed decode step per new token over the sequences still running
+ * (a sequence that produced a stop id leaves the batch). out [n_seqs, max_new_tokens]
+ * (unused tail -1); out_lens and stop may be NULL. Greedy without a repetition penalty takes
+ * lh_k_argmax (the lh_generate_greedy path, bit for bit); otherwise lh_k_sample with the
+ * step k (0 for the first new token) and the sequence's stream. Errors: as
+ * lh_generate_greedy, plus LH_E_USAGE for the parameters. */
+lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
+                      const int32_t *const *prompts, const int64_t *lens, int64_t n_seqs,
+                      int32_t *out, int64_t *out_lens, lh_stop_reason *stop,
+                      lh_generate_stats *stats, lh_err *err);
 
 /* Logits of every position of one sequence, [n, vocab] row-major, in one prefill step
  * (slot 0, released afterwards). */

@@ -1057,7 +1057,7 @@ class TestInference(CliTestCase):
         lines = out.strip().splitlines()
         self.assertEqual(len(lines), len(ref["prompts"]))
         for line, want in zip(lines, ref["greedy"]):
-            self.assertEqual(json.loads(line), {"tokens": want})
+            self.assertEqual(json.loads(line), {"tokens": want, "stopped": "length"})
 
     def test_run_batches_its_prompts_by_default(self):
         ref = self.reference("llama-mha-f32")
@@ -1206,6 +1206,143 @@ class TestInference(CliTestCase):
 
 def is_pos_finite(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+class TestSampling(CliTestCase):
+    """run: sampling flags, stop tokens, generation_config.json defaults, --json fields."""
+
+    MODEL = "llama-mha-f32"
+
+    def reference(self):
+        with open(os.path.join(MODELS, self.MODEL, "reference.json")) as f:
+            return json.load(f)
+
+    def prompt_args(self, ref):
+        args = []
+        for p in ref["prompts"]:
+            args += ["--prompt-tokens", ",".join(str(t) for t in p)]
+        return args
+
+    def run_json(self, *args, model=None):
+        rc, out, err = cli("run", model or os.path.join(MODELS, self.MODEL), "--json", *args)
+        self.assertEqual(rc, 0, err)
+        return [json.loads(line) for line in out.strip().splitlines()]
+
+    def model_copy(self, genconfig):
+        """The fixture with its files linked and generation_config.json replaced (None: none)."""
+        d = self.mkdir("m")
+        src = os.path.realpath(os.path.join(MODELS, self.MODEL))
+        for name in ("config.json", "model.safetensors"):
+            os.symlink(os.path.join(src, name), os.path.join(d, name))
+        if genconfig is not None:
+            with open(os.path.join(d, "generation_config.json"), "w") as f:
+                f.write(genconfig)
+        return d
+
+    def test_help_lists_the_flags(self):
+        rc, out, err = cli("run", "--help")
+        self.assertEqual(rc, 0)
+        for flag in ("--temperature", "--top-k", "--top-p", "--min-p", "--repetition-penalty",
+                     "--seed", "--stop-token-id", "--ignore-eos", '"stopped"'):
+            self.assertIn(flag, out)
+
+    def test_same_seed_same_tokens(self):
+        ref = self.reference()
+        args = self.prompt_args(ref) + ["-n", "12", "--temperature", "1.5", "--top-p", "0.95"]
+        a = self.run_json(*args, "--seed", "7")
+        b = self.run_json(*args, "--seed", "7", "--threads", "1")
+        c = self.run_json(*args, "--seed", "8")
+        self.assertEqual(a, b)
+        self.assertNotEqual(a, c)
+        self.assertNotEqual([x["tokens"] for x in a], [g[:12] for g in ref["greedy"]])
+        for x in a:
+            self.assertEqual(x["stopped"], "length")
+            self.assertEqual(len(x["tokens"]), 12)
+        # the first prompt alone draws from stream 0, as it did in the batch
+        alone = self.run_json("--prompt-tokens", ",".join(map(str, ref["prompts"][0])), "-n",
+                              "12", "--temperature", "1.5", "--top-p", "0.95", "--seed", "7")
+        self.assertEqual(alone, a[:1])
+
+    def test_temperature_zero_is_greedy(self):
+        ref = self.reference()
+        got = self.run_json(*self.prompt_args(ref), "-n", "10", "--temperature", "0",
+                            "--top-k", "3", "--seed", "9")
+        self.assertEqual([x["tokens"] for x in got], [g[:10] for g in ref["greedy"]])
+
+    def test_stop_token_id(self):
+        ref = self.reference()
+        g0 = ref["greedy"][0]
+        at = next(i for i in range(3, 32) if g0.index(g0[i]) == i)
+        got = self.run_json(*self.prompt_args(ref), "-n", "32", "--stop-token-id", "100000",
+                            "--stop-token-id", str(g0[at]))
+        self.assertEqual(got[0], {"tokens": g0[:at + 1], "stopped": "eos"})
+        for x, g in zip(got[1:], ref["greedy"][1:]):
+            n = g.index(g0[at]) + 1 if g0[at] in g else 32
+            self.assertEqual(x["tokens"], g[:n])
+            self.assertEqual(x["stopped"], "eos" if n < 32 or g[31] == g0[at] else "length")
+        # text output: the ids generated, the stop token last
+        rc, out, err = cli("run", os.path.join(MODELS, self.MODEL), "--prompt-tokens",
+                           ",".join(map(str, ref["prompts"][0])), "--stop-token-id", str(g0[at]))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual([int(t) for t in out.split()], g0[:at + 1])
+
+    def test_generation_config_eos_and_ignore_eos(self):
+        ref = self.reference()
+        g0 = ref["greedy"][0]
+        d = self.model_copy(json.dumps({"eos_token_id": [100000, g0[2]]}))
+        p0 = ",".join(map(str, ref["prompts"][0]))
+        got = self.run_json("--prompt-tokens", p0, "-n", "20", model=d)
+        n = g0.index(g0[2]) + 1
+        self.assertEqual(got, [{"tokens": g0[:n], "stopped": "eos"}])
+        got = self.run_json("--prompt-tokens", p0, "-n", "20", "--ignore-eos", model=d)
+        self.assertEqual(got, [{"tokens": g0[:20], "stopped": "length"}])
+
+    def test_generation_config_sampling_defaults(self):
+        ref = self.reference()
+        p0 = ",".join(map(str, ref["prompts"][0]))
+        d = self.model_copy(json.dumps({"do_sample": True, "temperature": 1.5, "top_k": 0}))
+        a = self.run_json("--prompt-tokens", p0, "-n", "16", "--seed", "3", model=d)
+        b = self.run_json("--prompt-tokens", p0, "-n", "16", "--seed", "3", "--temperature",
+                          "1.5", "--top-k", "0")  # the fixture's own file: greedy by default
+        self.assertEqual(a, b)
+        self.assertNotEqual(a[0]["tokens"], ref["greedy"][0][:16])
+        # --temperature 0 turns the model's sampling off
+        c = self.run_json("--prompt-tokens", p0, "-n", "16", "--temperature", "0", model=d)
+        self.assertEqual(c[0]["tokens"], ref["greedy"][0][:16])
+
+    def test_malformed_generation_config_is_config_error(self):
+        d = self.model_copy('{\n  "eos_token_id": [1,\n}\n')
+        self.assert_error(cli("run", d, "--prompt-tokens", "1,2"), 3, "config-error",
+                          "generation_config.json:3:")
+        d2 = os.path.join(self.tmp, "m")
+        with open(os.path.join(d2, "generation_config.json"), "w") as f:
+            f.write('{"top_p": 3}')
+        self.assert_error(cli("run", d2, "--prompt-tokens", "1,2"), 3, "config-error",
+                          "top_p=3")
+
+    def test_bad_values_are_usage_errors_naming_the_flag(self):
+        model = os.path.join(MODELS, self.MODEL)
+        for flag, value in (("--temperature", "-1"), ("--temperature", "nan"),
+                            ("--temperature", "hot"), ("--temperature", "inf"),
+                            ("--top-k", "-1"), ("--top-k", "2.5"), ("--top-p", "0"),
+                            ("--top-p", "1.5"), ("--min-p", "-0.1"), ("--min-p", "2"),
+                            ("--repetition-penalty", "0"), ("--repetition-penalty", "-1"),
+                            ("--seed", "-1"), ("--seed", "x"), ("--seed", "18446744073709551616"),
+                            ("--stop-token-id", "-1"), ("--stop-token-id", "a")):
+            rc, out, err = cli("run", model, "--prompt-tokens", "1,2", flag, value)
+            self.assertEqual(rc, 2, (flag, value, err))
+            self.assertIn(flag, err)
+            self.assertEqual(out, "")
+        rc, out, err = cli("run", model, "--prompt-tokens", "1,2", "--ignore-eos=1")
+        self.assertEqual(rc, 2, err)
+
+    def test_repetition_penalty_flag(self):
+        ref = self.reference()
+        p0 = ",".join(map(str, ref["prompts"][0]))
+        a = self.run_json("--prompt-tokens", p0, "-n", "24", "--repetition-penalty", "5")
+        b = self.run_json("--prompt-tokens", p0, "-n", "24", "--repetition-penalty", "5")
+        self.assertEqual(a, b)
+        self.assertNotEqual(a[0]["tokens"], ref["greedy"][0][:24])
 
 
 class TestBench(CliTestCase):
