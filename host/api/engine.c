@@ -211,17 +211,21 @@ lh_status lh_engine_generation_defaults(const lh_engine *e, lh_generate_params *
     if (!e || !out)
         return lh_err_set(err, LH_E_USAGE, "lh_engine_generation_defaults: %s is NULL",
                           e ? "out" : "engine");
-    if (out->struct_size < sizeof *out)
+    /* a struct that ends before the appended callback fields (an older caller) is filled up
+     * to its size */
+    const size_t min_size = offsetof(lh_generate_params, on_step);
+    if (out->struct_size < min_size)
         return lh_err_set(err, LH_E_USAGE, "lh_engine_generation_defaults: out.struct_size %u "
-                          "is smaller than this library's %zu; set it to "
-                          "sizeof(lh_generate_params)", out->struct_size, sizeof *out);
+                          "is smaller than %zu; set it to sizeof(lh_generate_params)",
+                          out->struct_size, min_size);
     const lh_generation_config *g = &e->gen;
     lh_generate_params p = {.struct_size = out->struct_size, .do_sample = g->do_sample,
                             .temperature = g->temperature, .top_k = g->top_k, .top_p = g->top_p,
                             .min_p = g->min_p, .repetition_penalty = g->repetition_penalty,
                             .seed = 0, .max_new_tokens = 32, .stop_ids = g->eos_ids,
                             .n_stop_ids = g->n_eos, .seq_streams = NULL};
-    memcpy(out, &p, sizeof p); /* this library's fields only */
+    /* this library's fields only (on_step NULL), and none beyond the caller's struct */
+    memcpy(out, &p, out->struct_size < sizeof p ? out->struct_size : sizeof p);
     return LH_OK;
 }
 

@@ -40,6 +40,9 @@ enum {
     OPT_SEED,
     OPT_STOP_TOKEN_ID,
     OPT_IGNORE_EOS,
+    OPT_TEXT,
+    OPT_TEXT_FILE,
+    OPT_NO_SPECIAL,
 };
 
 static const struct option options[] = {
@@ -76,6 +79,10 @@ static const struct option options[] = {
     {"seed", required_argument, NULL, OPT_SEED},
     {"stop-token-id", required_argument, NULL, OPT_STOP_TOKEN_ID},
     {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
+    {"prompt", required_argument, NULL, 'p'},
+    {"text", required_argument, NULL, OPT_TEXT},
+    {"text-file", required_argument, NULL, OPT_TEXT_FILE},
+    {"no-special", no_argument, NULL, OPT_NO_SPECIAL},
     {NULL, 0, NULL, 0},
 };
 
@@ -154,7 +161,7 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
     optind = 2;
     opterr = 0;
     int c, rc = 0;
-    while (rc == 0 && (c = getopt_long(argc, argv, ":hn:", options, NULL)) != -1) {
+    while (rc == 0 && (c = getopt_long(argc, argv, ":hn:p:", options, NULL)) != -1) {
         switch (c) {
         case 'h': a->help = true; break;
         case OPT_JSON: a->json = true; break;
@@ -185,6 +192,17 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
                 a->prompt_tokens[a->n_prompts++] = optarg;
             }
             break;
+        case 'p':
+            if (a->n_text_prompts == LH_CLI_MAX_DIRS) {
+                fprintf(stderr, "llmhost: at most %d -p/--prompt\n", LH_CLI_MAX_DIRS);
+                rc = 2;
+            } else {
+                a->prompts[a->n_text_prompts++] = optarg;
+            }
+            break;
+        case OPT_TEXT: a->text = optarg; break;
+        case OPT_TEXT_FILE: a->text_file = optarg; break;
+        case OPT_NO_SPECIAL: a->no_special = true; break;
         case OPT_TOKENS: a->tokens = optarg; break;
         case OPT_OUT: a->out_file = optarg; break;
         case 'n': rc = parse_long(a->command, "-n", optarg, 0, 1L << 30, &a->max_new); break;

@@ -20,6 +20,11 @@ typedef struct lh_cli_args {
     /* run / logits */
     const char *prompt_tokens[LH_CLI_MAX_DIRS]; /* --prompt-tokens, one per sequence */
     size_t n_prompts;
+    const char *prompts[LH_CLI_MAX_DIRS]; /* run -p / --prompt TEXT, one per sequence */
+    size_t n_text_prompts;
+    const char *text;      /* tokenize --text */
+    const char *text_file; /* tokenize --text-file */
+    bool no_special;       /* tokenize --no-special: no post-processor (BOS etc.) */
     const char *tokens;   /* --tokens */
     const char *out_file; /* --out */
     long max_new;         /* -n / --max-new-tokens; -1 when not given */

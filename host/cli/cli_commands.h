@@ -16,6 +16,7 @@ int lh_cli_resolve(const lh_cli_args *a);
 int lh_cli_explain(const lh_cli_args *a);
 int lh_cli_backends(const lh_cli_args *a);
 int lh_cli_run(const lh_cli_args *a);
+int lh_cli_tokenize(const lh_cli_args *a);
 int lh_cli_logits(const lh_cli_args *a);
 int lh_cli_bench(const lh_cli_args *a);
 

@@ -6,9 +6,11 @@
 #include <jansson.h>
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int report(const lh_err *err)
 {
@@ -76,7 +78,8 @@ static int open_engine(const lh_cli_args *a, char *const *overrides, lh_host **h
 }
 
 static const char run_help[] =
-    "usage: llmhost run MODEL --prompt-tokens IDS [--prompt-tokens IDS]... [-n N] [--json]\n"
+    "usage: llmhost run MODEL -p TEXT [-p TEXT]... [-n N] [--json]\n"
+    "       llmhost run MODEL --prompt-tokens IDS [--prompt-tokens IDS]... [-n N] [--json]\n"
     "       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]\n"
     "       [--seed S] [--stop-token-id ID]... [--ignore-eos]\n"
     "       [--verbose] [--threads N] [--attn-backend NAME] [--config FILE.yaml]\n"
@@ -105,7 +108,147 @@ static const char run_help[] =
     "Output: one line per prompt, the generated ids; with --json\n"
     "{\"tokens\": [ids], \"stopped\": \"eos\"|\"length\"}.\n"
     "--verbose prints the timings of the prefill and the decode steps to stderr (see\n"
-    "`llmhost bench --help` for what each covers).\n";
+    "`llmhost bench --help` for what each covers).\n"
+    "\n"
+    "-p TEXT (--prompt): a text prompt, encoded with the model's tokenizer.json with its\n"
+    "special tokens (e.g. BOS), as transformers' tokenizer(text) does; -p and\n"
+    "--prompt-tokens cannot be mixed. The generated text is decoded with special tokens\n"
+    "skipped (an eos token is not printed). One prompt: the text is streamed to stdout as\n"
+    "the tokens are generated (never a broken UTF-8 sequence), then a newline. Several\n"
+    "prompts (one batch): each prompt's text followed by a newline, in prompt order, once\n"
+    "generation ends. --json (with -p): one object\n"
+    "{\"outputs\": [{\"ids\": [generated ids], \"text\": ..., \"stopped\":\n"
+    "\"eos\"|\"length\"|\"interrupted\"}], \"timings\": {\"load_seconds\",\n"
+    "\"time_to_first_token_seconds\", \"prefill_tokens\", \"prefill_tokens_per_second\",\n"
+    "\"decode_tokens\", \"decode_tokens_per_second\"}}.\n"
+    "Ctrl-C (SIGINT) during generation stops it after the current step: what was produced\n"
+    "is printed (the text, or --json with \"stopped\": \"interrupted\") and the exit\n"
+    "status is 130.\n";
+
+static volatile sig_atomic_t g_interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    g_interrupted = 1;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The per-step callback of `run`: streams sequence 0 when ds is set, notes the time of the
+ * first token, and stops the generation once SIGINT arrived (or the stream failed). */
+typedef struct run_stream {
+    lh_detok_stream *ds;
+    lh_status st;
+    lh_err err;
+    double t_first;
+} run_stream;
+
+static bool run_on_step(void *user, int64_t step, const int64_t *seqs, const int32_t *ids,
+                        int64_t n)
+{
+    run_stream *rs = user;
+    if (step == 0)
+        rs->t_first = now_seconds();
+    for (int64_t i = 0; rs->ds && rs->st == LH_OK && i < n; i++) {
+        if (seqs[i] != 0)
+            continue;
+        char *chunk = NULL;
+        size_t len = 0;
+        rs->st = lh_detok_stream_step(rs->ds, ids[i], &chunk, &len, &rs->err);
+        if (rs->st == LH_OK && len) {
+            fwrite(chunk, 1, len, stdout);
+            fflush(stdout);
+        }
+        free(chunk);
+    }
+    return rs->st == LH_OK && !g_interrupted;
+}
+
+static const char *stop_name(lh_stop_reason r)
+{
+    return r == LH_STOP_EOS ? "eos" : r == LH_STOP_CANCELLED ? "interrupted" : "length";
+}
+
+/* The output of `run -p`: the streamed text's end (one prompt), each prompt's text, or the
+ * --json object. Returns 0 or an exit status after printing why. */
+static int print_text_results(const lh_cli_args *a, const lh_tokenizer *tok, run_stream *rs,
+                              const int32_t *out, int64_t max_new, const int64_t *out_lens,
+                              const lh_stop_reason *stopped, size_t n_prompts,
+                              double load_seconds, double t_gen, lh_engine *e)
+{
+    lh_err err = {0};
+    const size_t stride = (size_t)(max_new ? max_new : 1);
+    if (rs->ds) { /* streamed: release what the stream holds back */
+        char *chunk = NULL;
+        size_t len = 0;
+        if (lh_detok_stream_finish(rs->ds, &chunk, &len, &err) != LH_OK)
+            return report(&err);
+        fwrite(chunk, 1, len, stdout);
+        fputc('\n', stdout);
+        fflush(stdout);
+        free(chunk);
+        return 0;
+    }
+    json_t *outs = a->json ? json_array() : NULL;
+    int rc = 0;
+    for (size_t s = 0; rc == 0 && s < n_prompts; s++) {
+        char *text = NULL;
+        size_t len = 0;
+        const int32_t *row = out + s * stride;
+        if (lh_tokenizer_decode(tok, row, (size_t)out_lens[s], true, &text, &len, &err) !=
+            LH_OK) {
+            rc = report(&err);
+            break;
+        }
+        if (!a->json) {
+            fwrite(text, 1, len, stdout);
+            fputc('\n', stdout);
+        } else {
+            json_t *jids = json_array();
+            for (int64_t k = 0; jids && k < out_lens[s]; k++)
+                json_array_append_new(jids, json_integer(row[k]));
+            json_t *o = json_pack("{s:o?,s:s%,s:s}", "ids", jids, "text", text, len, "stopped",
+                                  stop_name(stopped[s]));
+            if (!o || json_array_append_new(outs, o) != 0)
+                rc = LH_E_NOMEM;
+        }
+        free(text);
+    }
+    if (rc == 0 && a->json) {
+        lh_generate_stats gs = {.struct_size = sizeof gs};
+        if (lh_engine_last_stats(e, &gs, &err) != LH_OK) {
+            json_decref(outs);
+            return report(&err);
+        }
+        json_t *tim = json_pack(
+            "{s:f,s:f,s:I,s:f,s:I,s:f}", "load_seconds", load_seconds,
+            "time_to_first_token_seconds", rs->t_first > 0 ? rs->t_first - t_gen : 0.0,
+            "prefill_tokens", (json_int_t)gs.prefill_tokens, "prefill_tokens_per_second",
+            gs.prefill_seconds > 0 ? (double)gs.prefill_tokens / gs.prefill_seconds : 0.0,
+            "decode_tokens", (json_int_t)gs.decode_tokens, "decode_tokens_per_second",
+            gs.decode_seconds > 0 ? (double)gs.decode_tokens / gs.decode_seconds : 0.0);
+        json_t *j = tim ? json_pack("{s:o,s:o}", "outputs", outs, "timings", tim) : NULL;
+        outs = NULL;
+        char *dump = j ? json_dumps(j, 0) : NULL;
+        if (dump)
+            puts(dump);
+        else
+            rc = LH_E_NOMEM;
+        free(dump);
+        json_decref(j);
+    }
+    json_decref(outs);
+    if (rc == LH_E_NOMEM)
+        fprintf(stderr, "llmhost run: out of memory\n");
+    fflush(stdout);
+    return rc;
+}
 
 int lh_cli_run(const lh_cli_args *a)
 {
@@ -113,17 +256,42 @@ int lh_cli_run(const lh_cli_args *a)
         printf("%s\n%s", run_help, lh_cli_exit_status_text);
         return 0;
     }
-    if (!a->model || a->n_prompts == 0) {
-        fprintf(stderr, "llmhost run: MODEL and at least one --prompt-tokens are required\n");
+    if (a->n_prompts && a->n_text_prompts) {
+        fprintf(stderr, "llmhost run: -p/--prompt and --prompt-tokens cannot be mixed\n");
         return LH_E_USAGE;
     }
+    if (!a->model || (a->n_prompts == 0 && a->n_text_prompts == 0)) {
+        fprintf(stderr, "llmhost run: MODEL and at least one -p TEXT or --prompt-tokens are "
+                "required\n");
+        return LH_E_USAGE;
+    }
+    const bool text_mode = a->n_text_prompts > 0;
+    const size_t n_prompts = text_mode ? a->n_text_prompts : a->n_prompts;
     int64_t max_new = a->max_new >= 0 ? a->max_new : 32;
     int32_t *ids[LH_CLI_MAX_DIRS] = {0};
     int64_t lens[LH_CLI_MAX_DIRS] = {0};
     int rc = 0;
-    for (size_t i = 0; rc == 0 && i < a->n_prompts; i++)
-        rc = parse_ids("run", "--prompt-tokens", a->prompt_tokens[i], &ids[i], &lens[i]);
     lh_err err = {0};
+    lh_tokenizer *tok = NULL;
+    const double t_load = now_seconds();
+    for (size_t i = 0; rc == 0 && !text_mode && i < n_prompts; i++)
+        rc = parse_ids("run", "--prompt-tokens", a->prompt_tokens[i], &ids[i], &lens[i]);
+    if (text_mode && lh_tokenizer_open(a->model, &tok, &err) != LH_OK)
+        rc = report(&err);
+    for (size_t i = 0; rc == 0 && text_mode && i < n_prompts; i++) {
+        size_t n = 0;
+        if (lh_tokenizer_encode(tok, a->prompts[i], strlen(a->prompts[i]), true, &ids[i], &n,
+                                &err) != LH_OK) {
+            fprintf(stderr, "llmhost: error [%s]: -p %zu: %s\n", lh_status_name(err.code), i,
+                    err.msg);
+            rc = (int)err.code;
+        }
+        lens[i] = (int64_t)n;
+        if (rc == 0 && n == 0) {
+            fprintf(stderr, "llmhost: error [usage]: prompt %zu encodes to no token\n", i);
+            rc = LH_E_USAGE;
+        }
+    }
     lh_host *h = NULL;
     lh_engine *e = NULL;
     int32_t *out = NULL;
@@ -134,13 +302,13 @@ int lh_cli_run(const lh_cli_args *a)
     size_t n_ov = 0;
     for (; n_ov < a->n_overrides; n_ov++)
         ov[n_ov] = a->overrides[n_ov];
-    if (!a->batch_size_given && !a->config_file && a->n_prompts > 1) {
-        snprintf(batch, sizeof batch, "max-batch-size=%zu", a->n_prompts);
+    if (!a->batch_size_given && !a->config_file && n_prompts > 1) {
+        snprintf(batch, sizeof batch, "max-batch-size=%zu", n_prompts);
         ov[n_ov++] = batch;
     }
     if (rc == 0 && (rc = open_engine(a, ov, &h, &e, &err)) != 0)
         rc = report(&err);
-    for (size_t s = 0; rc == 0 && s < a->n_prompts; s++)
+    for (size_t s = 0; rc == 0 && s < n_prompts; s++)
         if (lens[s] + max_new - (max_new > 0) > lh_engine_max_seq_len(e)) {
             fprintf(stderr, "llmhost: error [usage]: prompt %zu (%lld tokens) + -n %lld exceeds "
                     "max_seq_len %lld; raise --max-seq-len or lower -n\n", s, (long long)lens[s],
@@ -148,13 +316,16 @@ int lh_cli_run(const lh_cli_args *a)
             rc = LH_E_USAGE;
         }
     if (rc == 0) {
-        out = malloc((size_t)(a->n_prompts * (size_t)(max_new ? max_new : 1)) * sizeof *out);
+        out = malloc((size_t)(n_prompts * (size_t)(max_new ? max_new : 1)) * sizeof *out);
         if (!out) {
             fprintf(stderr, "llmhost run: out of memory\n");
             rc = LH_E_NOMEM;
         }
     }
     lh_generate_params gp = {.struct_size = sizeof gp};
+    run_stream rs = {.st = LH_OK};
+    double t_gen = 0;
+    const double load_seconds = now_seconds() - t_load;
     int64_t out_lens[LH_CLI_MAX_DIRS] = {0};
     lh_stop_reason stopped[LH_CLI_MAX_DIRS] = {0};
     int32_t stop_ids[LH_CLI_MAX_DIRS];
@@ -192,16 +363,31 @@ int lh_cli_run(const lh_cli_args *a)
             gp.stop_ids = NULL;
             gp.n_stop_ids = 0;
         }
-        if (lh_engine_generate(e, &gp, (const int32_t *const *)ids, lens, (int64_t)a->n_prompts,
+        if (text_mode && n_prompts == 1 && !a->json &&
+            lh_detok_stream_create(tok, true, &rs.ds, &err) != LH_OK)
+            rc = report(&err);
+    }
+    if (rc == 0) {
+        gp.on_step = run_on_step;
+        gp.on_step_user = &rs;
+        /* Ctrl-C stops the generation cleanly (run_on_step reads the flag) */
+        struct sigaction sa = {.sa_handler = on_sigint}, old_sa;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, &old_sa);
+        t_gen = now_seconds();
+        if (lh_engine_generate(e, &gp, (const int32_t *const *)ids, lens, (int64_t)n_prompts,
                                out, out_lens, stopped, &err) != LH_OK)
             rc = report(&err);
+        else if (rs.st != LH_OK)
+            rc = report(&rs.err);
+        sigaction(SIGINT, &old_sa, NULL);
     }
     lh_generate_stats gs = {.struct_size = sizeof gs};
     if (rc == 0 && a->verbose && lh_engine_last_stats(e, &gs, &err) == LH_OK) {
         fprintf(stderr, "llmhost run: prefill %lld tokens in %.6f s (%.1f tok/s)",
                 (long long)gs.prefill_tokens, gs.prefill_seconds,
                 gs.prefill_seconds > 0 ? (double)gs.prefill_tokens / gs.prefill_seconds : 0.0);
-        if (gs.decode_steps > 0 && gs.decode_tokens != gs.decode_steps * (int64_t)a->n_prompts)
+        if (gs.decode_steps > 0 && gs.decode_tokens != gs.decode_steps * (int64_t)n_prompts)
             fprintf(stderr, "; decode %lld steps = %lld tokens (sequences stopped early) in %.6f s "
                     "(%.1f tok/s, %.3f ms/step)", (long long)gs.decode_steps,
                     (long long)gs.decode_tokens, gs.decode_seconds,
@@ -209,25 +395,37 @@ int lh_cli_run(const lh_cli_args *a)
                     1e3 * gs.decode_seconds / (double)gs.decode_steps);
         else if (gs.decode_steps > 0)
             fprintf(stderr, "; decode %lld steps x %zu sequence%s = %lld tokens in %.6f s "
-                    "(%.1f tok/s, %.3f ms/step)", (long long)gs.decode_steps, a->n_prompts,
-                    a->n_prompts == 1 ? "" : "s", (long long)gs.decode_tokens,
+                    "(%.1f tok/s, %.3f ms/step)", (long long)gs.decode_steps, n_prompts,
+                    n_prompts == 1 ? "" : "s", (long long)gs.decode_tokens,
                     gs.decode_seconds,
                     gs.decode_seconds > 0 ? (double)gs.decode_tokens / gs.decode_seconds : 0.0,
                     1e3 * gs.decode_seconds / (double)gs.decode_steps);
         fputc('\n', stderr);
     }
-    for (size_t s = 0; rc == 0 && s < a->n_prompts; s++) {
+    if (rc == 0 && text_mode)
+        rc = print_text_results(a, tok, &rs, out, max_new, out_lens, stopped, n_prompts,
+                                load_seconds, t_gen, e);
+    for (size_t s = 0; rc == 0 && !text_mode && s < n_prompts; s++) {
         fputs(a->json ? "{\"tokens\": [" : "", stdout);
         for (int64_t k = 0; k < out_lens[s]; k++)
             printf("%s%d", k ? (a->json ? ", " : " ") : "", out[s * (size_t)max_new + (size_t)k]);
         if (a->json)
-            printf("], \"stopped\": \"%s\"}\n", stopped[s] == LH_STOP_EOS ? "eos" : "length");
+            printf("], \"stopped\": \"%s\"}\n", stop_name(stopped[s]));
         else
             fputc('\n', stdout);
     }
+    bool interrupted = false;
+    for (size_t s = 0; rc == 0 && s < n_prompts; s++)
+        interrupted = interrupted || stopped[s] == LH_STOP_CANCELLED;
+    if (rc == 0 && interrupted) {
+        fprintf(stderr, "llmhost run: interrupted\n");
+        rc = 130;
+    }
     free(out);
-    for (size_t i = 0; i < a->n_prompts; i++)
+    for (size_t i = 0; i < n_prompts; i++)
         free(ids[i]);
+    lh_detok_stream_free(rs.ds);
+    lh_tokenizer_free(tok);
     lh_engine_close(e);
     lh_host_free(h);
     return rc;

@@ -16,7 +16,10 @@ static const char usage_text[] =
     "  list                 what the arch indexes offer (built-in and custom dirs); loads no plugin\n"
     "  resolve MODEL        which plugin serves the model, and why (loads exactly that plugin)\n"
     "  explain MODEL        the resolution trace and the memory plan (module tree, no weights)\n"
-    "  run MODEL --prompt-tokens 1,2,3 [-n N] [--json]   greedy generation from token ids\n"
+    "  run MODEL -p TEXT [-p TEXT]... [-n N] [--json]    generation from text, streamed\n"
+    "  run MODEL --prompt-tokens 1,2,3 [-n N] [--json]   generation from token ids\n"
+    "  tokenize MODEL (--text T | --text-file F) [--no-special] [--json]\n"
+    "                       ids of the model's tokenizer.json (no plugin, no weights)\n"
     "  logits MODEL --tokens 1,2,3 --out FILE.npy        float32 logits of every position\n"
     "  bench MODEL [--context N,..] [--batch B,..] [-n STEPS] [--json]\n"
     "                       prefill and decode tok/s of greedy generation on synthetic prompts\n"
@@ -90,13 +93,15 @@ int main(int argc, char **argv)
         rc = lh_cli_backends(&a);
     } else if (strcmp(a.command, "run") == 0) {
         rc = lh_cli_run(&a);
+    } else if (strcmp(a.command, "tokenize") == 0) {
+        rc = lh_cli_tokenize(&a);
     } else if (strcmp(a.command, "logits") == 0) {
         rc = lh_cli_logits(&a);
     } else if (strcmp(a.command, "bench") == 0) {
         rc = lh_cli_bench(&a);
     } else {
         fprintf(stderr, "llmhost: unknown command '%s'; commands: list, resolve, explain, "
-                        "backends, run, logits, bench, version, help\n", a.command);
+                        "backends, run, tokenize, logits, bench, version, help\n", a.command);
         rc = LH_E_USAGE;
     }
     lh_cli_args_free(&a);

@@ -186,11 +186,23 @@ typedef struct lh_generate_params {
     /* The random stream of each sequence: sequence s draws its step-k number from
      * (seed, seq_streams[s], k). NULL: stream s (its position in the batch). */
     const uint64_t *seq_streams;
+    /* ---- appended (a struct_size that ends before here reads as on_step NULL) ---- */
+    /* Called once per generation step, on the calling thread, after the step's tokens are
+     * recorded: step k (0: the prefill's first new tokens) gave sequence seqs[i] the token
+     * ids[i] (its k-th new token), for i < n, in batch order; sequences that stopped earlier
+     * are not listed. Both arrays are borrowed for the call. Returning false stops the whole
+     * generation after this step: every sequence still running ends with LH_STOP_CANCELLED
+     * and keeps the tokens produced so far (the call itself returns LH_OK). It must not call
+     * back into the engine. NULL: no callback. */
+    bool (*on_step)(void *user, int64_t step, const int64_t *seqs, const int32_t *ids,
+                    int64_t n);
+    void *on_step_user;         /* passed to on_step */
 } lh_generate_params;
 
 typedef enum lh_stop_reason {
-    LH_STOP_LENGTH = 0, /* max_new_tokens generated */
-    LH_STOP_EOS = 1     /* the last generated token is one of stop_ids */
+    LH_STOP_LENGTH = 0,   /* max_new_tokens generated */
+    LH_STOP_EOS = 1,      /* the last generated token is one of stop_ids */
+    LH_STOP_CANCELLED = 2 /* on_step returned false while the sequence was running */
 } lh_stop_reason;
 
 /* Fills *out (out->struct_size must be at least sizeof(lh_generate_params); kept as given)
@@ -217,6 +229,81 @@ LH_EXPORT lh_status lh_engine_generate(lh_engine *e, const lh_generate_params *p
                                        const int32_t *const *prompts, const int64_t *lens,
                                        int64_t n_seqs, int32_t *out, int64_t *out_lens,
                                        lh_stop_reason *stop, lh_err *err);
+
+/* ---- tokenizer ------------------------------------------------------------------------- */
+
+/* The tokenizer of a Hugging Face tokenizer.json, giving the same ids as the `tokenizers`
+ * library for the components host/tokenizer/tokenizer.h lists (BPE with byte-level or
+ * SentencePiece-style pre-tokenization, added/special tokens, their decoders). Independent of
+ * lh_host and lh_engine: opening one loads no plugin and no weights.
+ * Ownership: an lh_tokenizer is immutable after loading; encode and decode may run on it from
+ * several threads at once (an exception to the one-thread rule above). Every array or string
+ * these functions return through a pointer argument is malloc'ed and the caller's (free()).
+ * Errors of the loaders: LH_E_IO (the file cannot be read, path named), LH_E_CONFIG (malformed
+ * JSON with line:column, or a wrong type / missing key / inconsistent value, with its JSON
+ * path), LH_E_UNSUPPORTED (a component or option this build does not implement, named with
+ * its JSON path), LH_E_NOMEM. On error *out is NULL. */
+typedef struct lh_tokenizer lh_tokenizer;
+
+/* Opens the tokenizer of a model: path is a model directory (its tokenizer.json is read), a
+ * model's config.json (the tokenizer.json next to it), or a tokenizer.json file itself. */
+LH_EXPORT lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_err *err);
+/* Loads path as a tokenizer.json (no directory lookup). */
+LH_EXPORT lh_status lh_tokenizer_load(const char *path, lh_tokenizer **out, lh_err *err);
+/* The same from JSON text in memory; origin names it in messages (e.g. a path). */
+LH_EXPORT lh_status lh_tokenizer_load_json(const char *text, size_t len, const char *origin,
+                                           lh_tokenizer **out, lh_err *err);
+/* NULL is ok. */
+LH_EXPORT void lh_tokenizer_free(lh_tokenizer *t);
+
+/* One more than the largest id (model vocab and added tokens). */
+LH_EXPORT int32_t lh_tokenizer_vocab_size(const lh_tokenizer *t);
+/* The id of a token string (model vocab or added token), or -1. */
+LH_EXPORT int32_t lh_tokenizer_token_to_id(const lh_tokenizer *t, const char *token);
+/* The token string of an id (owned by the tokenizer), or NULL when no token has that id. */
+LH_EXPORT const char *lh_tokenizer_id_to_token(const lh_tokenizer *t, int32_t id);
+/* Whether id is an added token marked special. */
+LH_EXPORT bool lh_tokenizer_is_special(const lh_tokenizer *t, int32_t id);
+
+/* Encodes len bytes of UTF-8 text. add_special_tokens applies the post-processor (e.g. a BOS
+ * token), as transformers' tokenizer(text) does by default. *ids (malloc'ed, may be NULL when
+ * *n_ids is 0) receives the ids.
+ * Errors: LH_E_USAGE (text is not valid UTF-8, with the byte offset), LH_E_NOMEM. */
+LH_EXPORT lh_status lh_tokenizer_encode(const lh_tokenizer *t, const char *text, size_t len,
+                                        bool add_special_tokens, int32_t **ids, size_t *n_ids,
+                                        lh_err *err);
+
+/* Decodes ids through the decoder into a NUL-terminated UTF-8 string (*text, malloc'ed; *len
+ * its length without the NUL). Invalid byte sequences (e.g. a lone byte-fallback token) come
+ * out as U+FFFD, as in `tokenizers`. skip_special_tokens drops special added tokens.
+ * Errors: LH_E_USAGE (an id no token has, named), LH_E_NOMEM. */
+LH_EXPORT lh_status lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *ids, size_t n_ids,
+                                        bool skip_special_tokens, char **text, size_t *len,
+                                        lh_err *err);
+
+/* Incremental decoding for streaming. Each step adds one id and returns the text it completes;
+ * text that ends in an incomplete UTF-8 sequence (decoded as a trailing U+FFFD) is held back
+ * until a later id completes it or lh_detok_stream_finish releases it. Every chunk is valid
+ * UTF-8, and the chunks of all steps plus finish concatenate to lh_tokenizer_decode of all ids,
+ * with one exception: byte-fallback bytes that never complete a character (the stream ends
+ * first) decode as a group in `tokenizers`, which can turn an earlier, already returned
+ * character of the same group into U+FFFD; finish then returns the held ids decoded alone.
+ * The stream keeps a reference to t (t must outlive it) and re-decodes the ids it holds at each
+ * step (cost grows with the length of the stream). One thread at a time per stream. */
+typedef struct lh_detok_stream lh_detok_stream;
+
+/* Errors: LH_E_NOMEM. */
+LH_EXPORT lh_status lh_detok_stream_create(const lh_tokenizer *t, bool skip_special_tokens,
+                                           lh_detok_stream **out, lh_err *err);
+/* *chunk: malloc'ed, NUL-terminated, possibly empty; *len its length.
+ * Errors: as lh_tokenizer_decode; the id is not kept on error. */
+LH_EXPORT lh_status lh_detok_stream_step(lh_detok_stream *s, int32_t id, char **chunk,
+                                         size_t *len, lh_err *err);
+/* Returns whatever is still held back (possibly with U+FFFD for bytes never completed). */
+LH_EXPORT lh_status lh_detok_stream_finish(lh_detok_stream *s, char **chunk, size_t *len,
+                                           lh_err *err);
+/* NULL is ok. */
+LH_EXPORT void lh_detok_stream_free(lh_detok_stream *s);
 
 /* Writes data [rows, cols] float32 to `path` as a NumPy .npy file ('<f4', C order), the
  * format of `llmhost logits --out`. Errors: LH_E_IO naming the path. */

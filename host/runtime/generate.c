@@ -2,6 +2,7 @@
 
 #include "core/err.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -167,14 +168,26 @@ static bool is_stop(const lh_generate_params *p, int32_t id)
     return false;
 }
 
+/* the struct before the appended callback fields: callers built against it still work */
+#define GP_MIN_SIZE offsetof(lh_generate_params, on_step)
+
+/* the callback, or NULL when the caller's struct ends before it */
+static bool (*step_callback(const lh_generate_params *p))(void *, int64_t, const int64_t *,
+                                                             const int32_t *, int64_t)
+{
+    if (p->struct_size < offsetof(lh_generate_params, on_step_user) + sizeof p->on_step_user)
+        return NULL;
+    return p->on_step;
+}
+
 static lh_status check_params(lh_kctx *kctx, const lh_generate_params *p, lh_err *err)
 {
     if (!p)
         return lh_err_set(err, LH_E_USAGE, "generate: params is NULL");
-    if (p->struct_size < sizeof *p)
+    if (p->struct_size < GP_MIN_SIZE)
         return lh_err_set(err, LH_E_USAGE, "generate: params.struct_size %u is smaller than "
-                          "this library's %zu; set it to sizeof(lh_generate_params)",
-                          p->struct_size, sizeof *p);
+                          "%zu (the fields before on_step); set it to "
+                          "sizeof(lh_generate_params)", p->struct_size, GP_MIN_SIZE);
     if (p->max_new_tokens < 0)
         return lh_err_set(err, LH_E_USAGE, "generate: max_new_tokens = %lld must be >= 0",
                           (long long)p->max_new_tokens);
@@ -319,10 +332,16 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
     } while (0)
     for (int64_t i = 0; i < n_seqs && st == LH_OK; i++)
         ACCEPT(i, 0);
+    bool (*on_step)(void *, int64_t, const int64_t *, const int32_t *, int64_t) =
+        step_callback(p);
+    bool cancelled = false;
+    int64_t cancel_k = 0; /* the step after which on_step asked to stop */
+    if (st == LH_OK && on_step && !on_step(p->on_step_user, 0, seq, b.tokens, n_seqs))
+        cancelled = true;
     /* decode: one new token per running sequence per step; the clock runs across the steps
      * (their input assembly included), and what completed is recorded after each one */
     int64_t decoded = 0;
-    for (int64_t k = 1; k < max_new && st == LH_OK; k++) {
+    for (int64_t k = 1; k < max_new && st == LH_OK && !cancelled; k++) {
         int64_t n = 0;
         for (int64_t s = 0; s < n_seqs; s++) {
             if (done[s])
@@ -352,8 +371,16 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
         }
         for (int64_t i = 0; i < n && st == LH_OK; i++)
             ACCEPT(i, k);
+        if (st == LH_OK && on_step && !on_step(p->on_step_user, k, seq, b.tokens, n)) {
+            cancelled = true;
+            cancel_k = k;
+        }
     }
 #undef ACCEPT
+    if (st == LH_OK && cancelled && stop)
+        for (int64_t s = 0; s < n_seqs; s++)
+            if (!done[s] && cancel_k + 1 < max_new)
+                stop[s] = LH_STOP_CANCELLED;
     for (int64_t s = 0; s < n_seqs; s++)
         lh_decoder_release(d, s);
     if (c.hist)

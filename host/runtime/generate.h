@@ -21,7 +21,10 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
  * (a sequence that produced a stop id leaves the batch). out [n_seqs, max_new_tokens]
  * (unused tail -1); out_lens and stop may be NULL. Greedy without a repetition penalty takes
  * lh_k_argmax (the lh_generate_greedy path, bit for bit); otherwise lh_k_sample with the
- * step k (0 for the first new token) and the sequence's stream. Errors: as
+ * step k (0 for the first new token) and the sequence's stream. p->on_step (read only when
+ * p->struct_size covers it; struct sizes down to offsetof(on_step) are accepted) is called
+ * after each step's tokens are recorded; false from it ends the generation there
+ * (LH_STOP_CANCELLED for the sequences still short of max_new_tokens). Errors: as
  * lh_generate_greedy, plus LH_E_USAGE for the parameters. */
 lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
                       const int32_t *const *prompts, const int64_t *lens, int64_t n_seqs,

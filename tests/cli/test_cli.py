@@ -10,9 +10,11 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 EXE = os.environ.get("LH_LLMHOST_EXE", "")
@@ -1664,6 +1666,247 @@ class TestValidationCli(CliTestCase):
                            ",".join(str(i) for i in range(15)), "-n", "2", "--attn-backend",
                            "paged", "--set", "kv_cache.max_tokens=16")
         self.assertEqual(rc, 0, err)
+
+
+# ---- text in, text out: tokenize and run -p -------------------------------------------------
+
+TOKENIZERS = os.path.join(FIXTURES, "tokenizers")
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def byte_level_tokenizer():
+    """A byte-level BPE tokenizer.json with exactly 256 ids (one per byte, no merges, no
+    special tokens): its ids fit the vocabulary of the tiny fixture models."""
+    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1))
+          + list(range(ord("\u00ae"), ord("\u00ff") + 1)))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    vocab = {chr(c): b for b, c in zip(bs, cs)}
+    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+             "use_regex": True}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+            "normalizer": None, "pre_tokenizer": level, "post_processor": None,
+            "decoder": level,
+            "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                      "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                      "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                      "vocab": vocab, "merges": []}}
+
+
+class TestText(CliTestCase):
+
+    def text_model(self, base="llama-mha-f32", tokenizer=None):
+        """A copy of the fixture model `base` plus a tokenizer.json (default: the 256-id
+        byte-level one, whose ids fit the model's vocabulary)."""
+        d = self.mkdir("model-" + base)
+        for f in os.listdir(os.path.join(MODELS, base)):
+            if f.endswith(".json") or f.endswith(".safetensors"):
+                shutil.copyfile(os.path.join(MODELS, base, f), os.path.join(d, f))
+        with open(os.path.join(d, "tokenizer.json"), "w") as f:
+            json.dump(tokenizer or byte_level_tokenizer(), f)
+        return d
+
+    def expected_cases(self, name):
+        with open(os.path.join(TOKENIZERS, name + ".expected.json")) as f:
+            exp = json.load(f)
+        for c in exp["cases"]:
+            yield c["text"], c["ids_plain"], c.get("ids", exp["special_prefix"] + c["ids_plain"])
+
+    # -- tokenize
+
+    def test_tokenize_matches_the_fixture_tokenizers(self):
+        with open(os.path.join(TOKENIZERS, "manifest.txt")) as f:
+            names = [l.strip() for l in f if l.strip() and not l.startswith("#")]
+        names = [n for n in names if os.path.exists(os.path.join(TOKENIZERS, n + ".json"))]
+        self.assertGreaterEqual(len(names), 5)
+        # no plugin dir at all: tokenize loads no plugin
+        env = base_env(LLMHOST_PLUGIN_DIR=os.path.join(self.tmp, "absent"))
+        for name in names:
+            path = os.path.join(TOKENIZERS, name + ".json")
+            for i, (text, plain, special) in enumerate(self.expected_cases(name)):
+                if i % 4 and name != "bpe_llama3":  # every case of one, a sample of the rest
+                    continue
+                with self.subTest(tokenizer=name, case=i):
+                    rc, out, err = cli("tokenize", path, "--text", text, env=env)
+                    self.assertEqual(rc, 0, err)
+                    self.assertEqual([int(x) for x in out.split()], special)
+                    tf = self.write("t%d.txt" % i, "")
+                    with open(tf, "wb") as f:
+                        f.write(text.encode("utf-8"))
+                    j = self.ok_json("tokenize", path, "--text-file", tf, "--no-special",
+                                     "--json", env=env)
+                    self.assertEqual(j["ids"], plain)
+                    self.assertEqual(len(j["tokens"]), len(plain))
+
+    def test_tokenize_json_tokens_are_the_vocab_strings(self):
+        j = self.ok_json("tokenize", os.path.join(TOKENIZERS, "bpe_llama3.json"), "--text",
+                         "Hello world", "--json")
+        with open(os.path.join(TOKENIZERS, "bpe_llama3.json")) as f:
+            tok = json.load(f)
+        names = {v: k for k, v in tok["model"]["vocab"].items()}
+        names.update({a["id"]: a["content"] for a in tok["added_tokens"]})
+        self.assertEqual(j["tokens"], [names[i] for i in j["ids"]])
+        self.assertEqual(j["ids"][0], 0)  # <|begin_of_text|> from the post-processor
+
+    def test_tokenize_model_dir_and_config_json(self):
+        d = self.text_model(tokenizer=load_json(os.path.join(TOKENIZERS, "sp_llama2.json")))
+        _, _, special = next(self.expected_cases("sp_llama2"))
+        text = next(self.expected_cases("sp_llama2"))[0]
+        for m in (d, os.path.join(d, "config.json")):
+            rc, out, err = cli("tokenize", m, "--text", text)
+            self.assertEqual(rc, 0, err)
+            self.assertEqual([int(x) for x in out.split()], special)
+
+    def test_tokenize_errors(self):
+        tok = os.path.join(TOKENIZERS, "bpe_gpt2.json")
+        model = os.path.join(MODELS, "llama-mha-f32")
+        self.assert_error(cli("tokenize", model, "--text", "x"), 13, "io-error",
+                          os.path.join(model, "tokenizer.json"))
+        self.assert_error(cli("tokenize", tok, "--text-file", os.path.join(self.tmp, "nope")),
+                          13, "io-error", "nope")
+        bad = self.write("bad.json", '{"model": {')
+        self.assert_error(cli("tokenize", bad, "--text", "x"), 3, "config-error", "bad.json")
+        t = byte_level_tokenizer()
+        t["model"]["type"] = "WordPiece"
+        wp = self.write("wp.json", json.dumps(t))
+        self.assert_error(cli("tokenize", wp, "--text", "x"), 14, "unsupported", "WordPiece")
+        for args in ((), ("--text", "a", "--text-file", wp)):
+            rc, out, err = cli("tokenize", tok, *args)
+            self.assertEqual(rc, 2, err)
+            self.assertIn("--text", err)
+        rc, out, err = cli("tokenize", "--text", "a")
+        self.assertEqual(rc, 2, err)
+
+    # -- run -p
+
+    def test_run_text_equals_run_of_the_encoded_ids(self):
+        d = self.text_model()
+        ids = self.ok_json("tokenize", d, "--text", "Hello there", "--json")["ids"]
+        j = self.ok_json("run", d, "-p", "Hello there", "-n", "12", "--json")
+        self.assertEqual(len(j["outputs"]), 1)
+        o = j["outputs"][0]
+        rc, out, err = cli("run", d, "--prompt-tokens", ",".join(map(str, ids)), "-n", "12",
+                           "--json")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(json.loads(out), {"tokens": o["ids"], "stopped": o["stopped"]})
+        self.assertEqual(o["stopped"], "length")
+        t = j["timings"]
+        self.assertEqual(t["prefill_tokens"], len(ids))
+        self.assertEqual(t["decode_tokens"], 11)
+        for k in ("load_seconds", "time_to_first_token_seconds", "prefill_tokens_per_second",
+                  "decode_tokens_per_second"):
+            self.assertGreater(t[k], 0, k)
+
+    def test_run_streamed_text_equals_the_decode_of_the_ids(self):
+        d = self.text_model()
+        for prompt in ("Hello", "The quick brown fox", "caf\u00e9 \u2014 \U0001F600"):
+            with self.subTest(prompt=prompt):
+                j = self.ok_json("run", d, "-p", prompt, "-n", "40", "--json")
+                p = subprocess.run([EXE, "run", d, "-p", prompt, "-n", "40"],
+                                   capture_output=True, timeout=60, env=base_env(),
+                                   stdin=subprocess.DEVNULL)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertEqual(p.stdout, j["outputs"][0]["text"].encode("utf-8") + b"\n")
+
+    def test_run_several_prompts_print_each_text(self):
+        d = self.text_model()
+        prompts = ["Hello", "abc", "x y z"]
+        args = ["run", d, "-n", "8"]
+        for p in prompts:
+            args += ["-p", p]
+        j = self.ok_json(*args, "--json")
+        self.assertEqual(len(j["outputs"]), 3)
+        p = subprocess.run([EXE, *args], capture_output=True, timeout=60, env=base_env(),
+                           stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, b"".join(o["text"].encode("utf-8") + b"\n"
+                                            for o in j["outputs"]))
+        # each alone gives the same tokens (greedy, batch-independent)
+        for prompt, o in zip(prompts, j["outputs"]):
+            one = self.ok_json("run", d, "-p", prompt, "-n", "8", "--json")["outputs"][0]
+            self.assertEqual(one["ids"], o["ids"])
+
+    def test_run_eos_is_not_printed(self):
+        d = self.text_model()
+        first = self.ok_json("run", d, "-p", "Hello", "-n", "6", "--json")["outputs"][0]
+        stop = first["ids"][2]
+        j = self.ok_json("run", d, "-p", "Hello", "-n", "6", "--json", "--stop-token-id",
+                         str(stop))["outputs"][0]
+        self.assertEqual(j["stopped"], "eos")
+        self.assertEqual(j["ids"], first["ids"][:first["ids"].index(stop) + 1])
+
+    def test_run_sigint_stops_cleanly(self):
+        d = self.text_model()
+        # far more tokens than can be generated before the signal arrives
+        p = subprocess.Popen([EXE, "run", d, "-p", "Hello", "-n", "30000", "--max-seq-len",
+                              "30016"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=base_env(), stdin=subprocess.DEVNULL)
+        try:
+            first = p.stdout.read(1)
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn(b"interrupted", err)
+        text = first + out
+        self.assertTrue(text.endswith(b"\n"))
+        self.assertGreater(len(text), 1)
+        text.decode("utf-8")  # never a broken sequence
+
+    def test_run_sigint_json_reports_interrupted(self):
+        d = self.text_model()
+        # --json prints nothing before the end, so the signal is sent after a pause; a signal
+        # that came before the handler (a slow load, e.g. under a sanitizer) kills the process
+        # instead, and the test tries again with a longer pause
+        for pause in (1.0, 3.0, 8.0):
+            p = subprocess.Popen([EXE, "run", d, "-p", "Hello", "-n", "30000", "--max-seq-len",
+                                  "30016", "--json"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=base_env(),
+                                 stdin=subprocess.DEVNULL)
+            try:
+                time.sleep(pause)  # a 30000-token run takes far longer
+                p.send_signal(signal.SIGINT)
+                out, err = p.communicate(timeout=120)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            if p.returncode != -signal.SIGINT:
+                break
+        self.assertEqual(p.returncode, 130, err)
+        o = json.loads(out)["outputs"][0]
+        self.assertEqual(o["stopped"], "interrupted")
+        self.assertGreater(len(o["ids"]), 0)
+        self.assertLess(len(o["ids"]), 30000)
+
+    def test_run_text_errors(self):
+        d = self.text_model()
+        model = os.path.join(MODELS, "llama-mha-f32")
+        rc, out, err = cli("run", d, "-p", "a", "--prompt-tokens", "1,2")
+        self.assertEqual(rc, 2, err)
+        self.assertIn("--prompt-tokens", err)
+        self.assert_error(cli("run", model, "-p", "a"), 13, "io-error",
+                          os.path.join(model, "tokenizer.json"))
+        t = byte_level_tokenizer()
+        t["pre_tokenizer"] = {"type": "Whitespace"}
+        d2 = self.text_model("qwen3-f32", tokenizer=t)
+        self.assert_error(cli("run", d2, "-p", "a"), 14, "unsupported", "Whitespace")
+        # ids beyond the model's vocabulary: a usage error from the engine
+        big = self.text_model("qwen3-bf16",
+                              tokenizer=load_json(os.path.join(TOKENIZERS, "bpe_llama3.json")))
+        self.assert_error(cli("run", big, "-p", "zzzz Hello world", "-n", "2"), 2, "usage")
 
 
 # ---- runner -------------------------------------------------------------------------------------

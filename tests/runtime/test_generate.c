@@ -13,6 +13,8 @@
 
 #include <jansson.h>
 #include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,6 +296,114 @@ static void test_bad_params(void)
     lh_engine_close(e);
 }
 
+/* the per-step callback: what it sees, stopping from it, and a struct without it */
+typedef struct step_log {
+    int64_t calls, stop_after; /* stop_after < 0: never stop */
+    int64_t last_step;
+    int32_t seen[3][N_NEW];
+    int64_t n_seen[3];
+    bool order_ok;
+} step_log;
+
+static bool log_step(void *user, int64_t step, const int64_t *seqs, const int32_t *ids,
+                     int64_t n)
+{
+    step_log *l = user;
+    if (step != l->calls)
+        l->order_ok = false;
+    l->calls++;
+    l->last_step = step;
+    for (int64_t i = 0; i < n; i++) {
+        if (seqs[i] < 0 || seqs[i] >= 3 || l->n_seen[seqs[i]] != step ||
+            (i > 0 && seqs[i] <= seqs[i - 1])) {
+            l->order_ok = false;
+            continue;
+        }
+        l->seen[seqs[i]][l->n_seen[seqs[i]]++] = ids[i];
+    }
+    return l->stop_after < 0 || step < l->stop_after;
+}
+
+static void test_step_callback(void)
+{
+    char dir[1200];
+    model_path(dir, sizeof dir);
+    lh_engine *e = open_model(dir, 2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    const int32_t *const *pr = (const int32_t *const *)prompts;
+    int32_t out[3][N_NEW];
+    int64_t ol[3];
+    lh_stop_reason why[3];
+    lh_err err = {0};
+    /* never stops: every token of every sequence reported once, in order; output unchanged */
+    step_log l = {.stop_after = -1, .order_ok = true};
+    lh_generate_params p = defaults(e);
+    CU_ASSERT_PTR_NULL(p.on_step); /* the defaults set no callback */
+    p.on_step = log_step;
+    p.on_step_user = &l;
+    CU_ASSERT_EQUAL_FATAL(gen(e, &p, pr, lens, 3, out, ol, why, &err), LH_OK);
+    CU_ASSERT_EQUAL(l.calls, N_NEW);
+    CU_ASSERT(l.order_ok);
+    for (int s = 0; s < 3; s++) {
+        CU_ASSERT_EQUAL(l.n_seen[s], N_NEW);
+        CU_ASSERT_EQUAL(memcmp(l.seen[s], greedy_ref[s], sizeof l.seen[s]), 0);
+        CU_ASSERT_EQUAL(memcmp(out[s], greedy_ref[s], sizeof out[s]), 0);
+        CU_ASSERT_EQUAL(why[s], LH_STOP_LENGTH);
+    }
+    /* a stopped sequence is no longer reported */
+    int32_t stop_id = greedy_ref[1][2];
+    p.stop_ids = &stop_id;
+    p.n_stop_ids = 1;
+    l = (step_log){.stop_after = -1, .order_ok = true};
+    CU_ASSERT_EQUAL_FATAL(gen(e, &p, pr, lens, 3, out, ol, why, &err), LH_OK);
+    CU_ASSERT(l.order_ok);
+    for (int s = 0; s < 3; s++)
+        CU_ASSERT_EQUAL(l.n_seen[s], ol[s]);
+    p.stop_ids = NULL;
+    p.n_stop_ids = 0;
+    /* stop after step 4: 5 tokens each, LH_STOP_CANCELLED, the rest -1, stats of 4 steps */
+    l = (step_log){.stop_after = 4, .order_ok = true};
+    CU_ASSERT_EQUAL_FATAL(gen(e, &p, pr, lens, 3, out, ol, why, &err), LH_OK);
+    CU_ASSERT_EQUAL(l.calls, 5);
+    for (int s = 0; s < 3; s++) {
+        CU_ASSERT_EQUAL(ol[s], 5);
+        CU_ASSERT_EQUAL(why[s], LH_STOP_CANCELLED);
+        CU_ASSERT_EQUAL(memcmp(out[s], greedy_ref[s], 5 * sizeof(int32_t)), 0);
+        CU_ASSERT_EQUAL(out[s][5], -1);
+    }
+    lh_generate_stats gs = {.struct_size = sizeof gs};
+    CU_ASSERT_EQUAL(lh_engine_last_stats(e, &gs, &err), LH_OK);
+    CU_ASSERT_EQUAL(gs.decode_steps, 4);
+    CU_ASSERT_EQUAL(gs.decode_tokens, 12);
+    /* stop at the prefill */
+    l = (step_log){.stop_after = 0, .order_ok = true};
+    CU_ASSERT_EQUAL_FATAL(gen(e, &p, pr, lens, 3, out, ol, why, &err), LH_OK);
+    CU_ASSERT_EQUAL(l.calls, 1);
+    CU_ASSERT_EQUAL(ol[0], 1);
+    CU_ASSERT_EQUAL(why[0], LH_STOP_CANCELLED);
+    /* a stop requested at the last step changes nothing: the sequences reached their length */
+    l = (step_log){.stop_after = N_NEW - 1, .order_ok = true};
+    CU_ASSERT_EQUAL_FATAL(gen(e, &p, pr, lens, 3, out, ol, why, &err), LH_OK);
+    CU_ASSERT_EQUAL(why[2], LH_STOP_LENGTH);
+    CU_ASSERT_EQUAL(ol[2], N_NEW);
+    /* a caller's struct that ends before on_step (built against the older header) still
+     * works, and its callback fields are not read; the defaults fill only that much */
+    lh_generate_params older;
+    memset(&older, 0xAB, sizeof older);
+    lh_generate_params *old = &older;
+    const unsigned char *buf = (const unsigned char *)&older;
+    old->struct_size = (uint32_t)offsetof(lh_generate_params, on_step);
+    CU_ASSERT_EQUAL_FATAL(lh_engine_generation_defaults(e, old, &err), LH_OK);
+    CU_ASSERT_EQUAL(buf[offsetof(lh_generate_params, on_step)], 0xAB); /* not written */
+    old->max_new_tokens = N_NEW;
+    CU_ASSERT_EQUAL_FATAL(gen(e, old, pr, lens, 3, out, ol, why, &err), LH_OK);
+    CU_ASSERT_EQUAL(memcmp(out[0], greedy_ref[0], sizeof out[0]), 0);
+    old->struct_size = (uint32_t)offsetof(lh_generate_params, on_step) - 1;
+    CU_ASSERT_EQUAL(gen(e, old, pr, lens, 3, out, ol, why, &err), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_engine_generation_defaults(e, old, &err), LH_E_USAGE);
+    lh_engine_close(e);
+}
+
 /* repetition penalty with greedy: deterministic, and it changes the output of a model whose
  * greedy continuation repeats tokens */
 static void test_repetition_penalty_greedy(void)
@@ -540,6 +650,7 @@ static CU_TestInfo tests[] = {
      test_same_seed_same_tokens},
     {"a stop token ends its sequence, the others continue", test_stop_token},
     {"bad parameters are usage errors naming them", test_bad_params},
+    {"the per-step callback: reports, stops, older struct sizes", test_step_callback},
     {"repetition penalty under greedy", test_repetition_penalty_greedy},
     {"generation_config.json parsing", test_genconfig_parse},
     {"generation_config.json through the engine", test_genconfig_engine},

@@ -1,0 +1,43 @@
+/* The public tokenizer entry point that finds a model's tokenizer.json (the rest of the
+ * tokenizer API is host/tokenizer/tokenizer.c, exported through llmhost.h). */
+#include "core/err.h"
+#include "core/paths.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_err *err)
+{
+    lh_err_clear(err);
+    if (!out)
+        return lh_err_set(err, LH_E_USAGE, "lh_tokenizer_open: out is NULL");
+    *out = NULL;
+    if (!path || !*path)
+        return lh_err_set(err, LH_E_USAGE, "lh_tokenizer_open: no path");
+    struct stat st;
+    char *file = NULL;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        file = lh_path_join(path, "tokenizer.json");
+    } else {
+        size_t n = strlen(path);
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        if (strcmp(base, "config.json") == 0) {
+            /* a model's config.json: the tokenizer.json next to it */
+            file = malloc(n + sizeof "tokenizer.json");
+            if (file) {
+                memcpy(file, path, (size_t)(base - path));
+                strcpy(file + (base - path), "tokenizer.json");
+            }
+        } else {
+            file = strdup(path);
+        }
+    }
+    if (!file)
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    lh_status s = lh_tokenizer_load(file, out, err);
+    free(file);
+    return s;
+}
