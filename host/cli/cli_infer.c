@@ -382,6 +382,20 @@ int lh_cli_run(const lh_cli_args *a)
             rc = report(&rs.err);
         sigaction(SIGINT, &old_sa, NULL);
     }
+    if (rc == 0 && text_mode)
+        rc = print_text_results(a, tok, &rs, out, max_new, out_lens, stopped, n_prompts,
+                                load_seconds, t_gen, e);
+    for (size_t s = 0; rc == 0 && !text_mode && s < n_prompts; s++) {
+        fputs(a->json ? "{\"tokens\": [" : "", stdout);
+        for (int64_t k = 0; k < out_lens[s]; k++)
+            printf("%s%d", k ? (a->json ? ", " : " ") : "", out[s * (size_t)max_new + (size_t)k]);
+        if (a->json)
+            printf("], \"stopped\": \"%s\"}\n", stop_name(stopped[s]));
+        else
+            fputc('\n', stdout);
+    }
+    /* after the output, so that the text and the timings do not interleave */
+    fflush(stdout);
     lh_generate_stats gs = {.struct_size = sizeof gs};
     if (rc == 0 && a->verbose && lh_engine_last_stats(e, &gs, &err) == LH_OK) {
         fprintf(stderr, "llmhost run: prefill %lld tokens in %.6f s (%.1f tok/s)",
@@ -401,18 +415,6 @@ int lh_cli_run(const lh_cli_args *a)
                     gs.decode_seconds > 0 ? (double)gs.decode_tokens / gs.decode_seconds : 0.0,
                     1e3 * gs.decode_seconds / (double)gs.decode_steps);
         fputc('\n', stderr);
-    }
-    if (rc == 0 && text_mode)
-        rc = print_text_results(a, tok, &rs, out, max_new, out_lens, stopped, n_prompts,
-                                load_seconds, t_gen, e);
-    for (size_t s = 0; rc == 0 && !text_mode && s < n_prompts; s++) {
-        fputs(a->json ? "{\"tokens\": [" : "", stdout);
-        for (int64_t k = 0; k < out_lens[s]; k++)
-            printf("%s%d", k ? (a->json ? ", " : " ") : "", out[s * (size_t)max_new + (size_t)k]);
-        if (a->json)
-            printf("], \"stopped\": \"%s\"}\n", stop_name(stopped[s]));
-        else
-            fputc('\n', stdout);
     }
     bool interrupted = false;
     for (size_t s = 0; rc == 0 && s < n_prompts; s++)
