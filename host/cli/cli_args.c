@@ -39,10 +39,12 @@ enum {
     OPT_REPETITION_PENALTY,
     OPT_SEED,
     OPT_STOP_TOKEN_ID,
+    OPT_STOP,
     OPT_IGNORE_EOS,
     OPT_TEXT,
     OPT_TEXT_FILE,
     OPT_NO_SPECIAL,
+    OPT_CHAT,
 };
 
 static const struct option options[] = {
@@ -78,11 +80,13 @@ static const struct option options[] = {
     {"repetition-penalty", required_argument, NULL, OPT_REPETITION_PENALTY},
     {"seed", required_argument, NULL, OPT_SEED},
     {"stop-token-id", required_argument, NULL, OPT_STOP_TOKEN_ID},
+    {"stop", required_argument, NULL, OPT_STOP},
     {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
     {"prompt", required_argument, NULL, 'p'},
     {"text", required_argument, NULL, OPT_TEXT},
     {"text-file", required_argument, NULL, OPT_TEXT_FILE},
     {"no-special", no_argument, NULL, OPT_NO_SPECIAL},
+    {"chat", no_argument, NULL, OPT_CHAT},
     {NULL, 0, NULL, 0},
 };
 
@@ -203,6 +207,7 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
         case OPT_TEXT: a->text = optarg; break;
         case OPT_TEXT_FILE: a->text_file = optarg; break;
         case OPT_NO_SPECIAL: a->no_special = true; break;
+        case OPT_CHAT: a->chat = true; break;
         case OPT_TOKENS: a->tokens = optarg; break;
         case OPT_OUT: a->out_file = optarg; break;
         case 'n': rc = parse_long(a->command, "-n", optarg, 0, 1L << 30, &a->max_new); break;
@@ -283,6 +288,17 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
             }
             break;
         }
+        case OPT_STOP:
+            if (a->n_stop_strings == LH_CLI_MAX_DIRS) {
+                fprintf(stderr, "llmhost: at most %d --stop\n", LH_CLI_MAX_DIRS);
+                rc = 2;
+            } else if (!optarg[0]) {
+                fprintf(stderr, "llmhost %s: --stop needs a non-empty string\n", a->command);
+                rc = 2;
+            } else {
+                a->stop_strings[a->n_stop_strings++] = optarg;
+            }
+            break;
         case OPT_IGNORE_EOS: a->ignore_eos = true; break;
         case OPT_LOG_LEVEL:
             if (strcmp(optarg, "error") && strcmp(optarg, "warn") && strcmp(optarg, "info") &&

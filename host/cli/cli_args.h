@@ -25,6 +25,7 @@ typedef struct lh_cli_args {
     const char *text;      /* tokenize --text */
     const char *text_file; /* tokenize --text-file */
     bool no_special;       /* tokenize --no-special: no post-processor (BOS etc.) */
+    bool chat;             /* run --chat: each -p is a user message through the chat template */
     const char *tokens;   /* --tokens */
     const char *out_file; /* --out */
     long max_new;         /* -n / --max-new-tokens; -1 when not given */
@@ -36,6 +37,8 @@ typedef struct lh_cli_args {
          seed_given, ignore_eos;
     int stop_ids[LH_CLI_MAX_DIRS]; /* --stop-token-id, repeatable */
     size_t n_stop_ids;
+    const char *stop_strings[LH_CLI_MAX_DIRS]; /* --stop STRING, repeatable, never empty */
+    size_t n_stop_strings;
     /* bench */
     const char *contexts; /* --context N[,N...] (checked by the bench command) */
     const char *batches;  /* --batch B[,B...] */

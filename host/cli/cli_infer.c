@@ -5,11 +5,13 @@
 
 #include <jansson.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static int report(const lh_err *err)
@@ -81,7 +83,7 @@ static const char run_help[] =
     "usage: llmhost run MODEL -p TEXT [-p TEXT]... [-n N] [--json]\n"
     "       llmhost run MODEL --prompt-tokens IDS [--prompt-tokens IDS]... [-n N] [--json]\n"
     "       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]\n"
-    "       [--seed S] [--stop-token-id ID]... [--ignore-eos]\n"
+    "       [--seed S] [--stop-token-id ID]... [--ignore-eos] [--stop STRING]... [--chat]\n"
     "       [--verbose] [--threads N] [--attn-backend NAME] [--config FILE.yaml]\n"
     "       [run-config flags]\n"
     "Generation from token ids (comma-separated), all prompts in one batch (the batch size\n"
@@ -105,11 +107,27 @@ static const char run_help[] =
     "                  stream i)\n"
     "--stop-token-id ID  stop a prompt after ID (repeatable; replaces the model's eos ids)\n"
     "--ignore-eos      no stop ids: exactly N tokens per prompt\n"
+    "--stop STRING     stop a prompt once STRING (non-empty UTF-8; repeatable, any one\n"
+    "                  counts) is generated, as transformers' generate(stop_strings=...)\n"
+    "                  does: after each new token, the text of the prompt + output tokens\n"
+    "                  (each token's own string: its bytes for byte-level and <0xNN>\n"
+    "                  tokens, special tokens as written) is searched for an occurrence\n"
+    "                  that ends inside that token -- so a string may span several tokens,\n"
+    "                  may begin in the prompt's last tokens, and one wholly inside the\n"
+    "                  prompt does not count. The token that completed it is the output's\n"
+    "                  last: the output keeps it, so the printed text contains the stop\n"
+    "                  string (and whatever else that token holds), exactly as\n"
+    "                  transformers' decode of the returned ids. Nothing printed is ever\n"
+    "                  taken back, so streaming holds nothing back for it. A stop token\n"
+    "                  on the same step wins (\"eos\"). Needs the model's tokenizer.json,\n"
+    "                  with --prompt-tokens too (13 when it is missing).\n"
     "Output: one line per prompt, the generated ids; with --json\n"
-    "{\"tokens\": [ids], \"stopped\": \"eos\"|\"length\"}.\n"
+    "{\"tokens\": [ids], \"stopped\": \"eos\"|\"length\"|\"stop_string\"}.\n"
     "--verbose prints the timings of the prefill and the decode steps to stderr (see\n"
     "`llmhost bench --help` for what each covers).\n"
     "\n"
+    "--chat: each -p TEXT is a user message, rendered by the model's chat template\n"
+    "(tokenizer_config.json chat_template) with the generation prompt, then encoded.\n"
     "-p TEXT (--prompt): a text prompt, encoded with the model's tokenizer.json with its\n"
     "special tokens (e.g. BOS), as transformers' tokenizer(text) does; -p and\n"
     "--prompt-tokens cannot be mixed. The generated text is decoded with special tokens\n"
@@ -118,12 +136,331 @@ static const char run_help[] =
     "prompts (one batch): each prompt's text followed by a newline, in prompt order, once\n"
     "generation ends. --json (with -p): one object\n"
     "{\"outputs\": [{\"ids\": [generated ids], \"text\": ..., \"stopped\":\n"
-    "\"eos\"|\"length\"|\"interrupted\"}], \"timings\": {\"load_seconds\",\n"
+    "\"eos\"|\"length\"|\"stop_string\"|\"interrupted\"}], \"timings\": {\"load_seconds\",\n"
     "\"time_to_first_token_seconds\", \"prefill_tokens\", \"prefill_tokens_per_second\",\n"
     "\"decode_tokens\", \"decode_tokens_per_second\"}}.\n"
     "Ctrl-C (SIGINT) during generation stops it after the current step: what was produced\n"
     "is printed (the text, or --json with \"stopped\": \"interrupted\") and the exit\n"
     "status is 130.\n";
+
+/* ---- stop strings: transformers' StopStringCriteria -------------------------------------
+ * transformers matches each stop string against a "clean" string per token: for a byte-level
+ * decoder the token's bytes (bytes_to_unicode reversed), for a ByteFallback decoder "<0xNN>"
+ * as its byte, otherwise the token decoded after the prefix "abcdef" (so that a leading space
+ * survives) with that prefix cut off; stop strings and clean strings are compared as UTF-8
+ * bytes (characters when the decoder is neither, which finds the same matches). After every
+ * new token it looks at the last W tokens of prompt + output (W: the longest stop string, in
+ * bytes or characters) and stops when a stop string occurs in their clean strings' concatenation
+ * ending inside the new token. */
+typedef enum { SS_TEXT, SS_BYTE_LEVEL, SS_BYTE_FALLBACK } ss_mode;
+
+typedef struct stop_matcher {
+    const lh_tokenizer *tok;
+    ss_mode mode;
+    const char *const *strs;
+    size_t n_strs;
+    int64_t window;           /* W */
+    int32_t vocab;
+    char **clean;             /* per id, computed on first use */
+    size_t *clean_len;
+    int32_t *prefix;          /* encode("abcdef") without special tokens */
+    size_t n_prefix;
+    int32_t **hist;           /* per sequence: its last W ids (prompt, then output) */
+    int64_t *hist_len;
+    size_t n_seqs;
+    char *buf;
+    size_t buf_cap;
+    uint8_t byte_of[324];     /* byte-level: code point -> byte */
+} stop_matcher;
+
+static lh_status oom(lh_err *err)
+{
+    err->code = LH_E_NOMEM;
+    snprintf(err->msg, sizeof err->msg, "out of memory matching --stop");
+    return LH_E_NOMEM;
+}
+
+/* Code point at *p (valid UTF-8 assumed; bad bytes read as themselves), advancing p. */
+static uint32_t utf8_next(const unsigned char **p)
+{
+    const unsigned char *s = *p;
+    uint32_t c = s[0];
+    int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : 0;
+    c = n == 3 ? c & 7 : n == 2 ? c & 15 : n == 1 ? c & 31 : c;
+    s++;
+    for (int i = 0; i < n && (*s & 0xC0) == 0x80; i++)
+        c = (c << 6) | (*s++ & 0x3F);
+    *p = s;
+    return c;
+}
+
+static bool utf8_valid(const char *str)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    while (*s) {
+        int n = *s < 0x80 ? 0 : (*s & 0xE0) == 0xC0 ? 1 : (*s & 0xF0) == 0xE0 ? 2
+              : (*s & 0xF8) == 0xF0 ? 3 : -1;
+        if (n < 0 || (n == 1 && *s < 0xC2) || (n == 3 && *s > 0xF4))
+            return false;
+        uint32_t c = *s & (n == 0 ? 0x7F : n == 1 ? 0x1F : n == 2 ? 0x0F : 0x07);
+        s++;
+        for (int i = 0; i < n; i++, s++) {
+            if ((*s & 0xC0) != 0x80)
+                return false;
+            c = (c << 6) | (*s & 0x3F);
+        }
+        if ((n == 2 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) ||
+            (n == 3 && (c < 0x10000 || c > 0x10FFFF)))
+            return false;
+    }
+    return true;
+}
+
+/* A "type": NAME anywhere inside j (transformers' _decoder_has_type). */
+static bool json_has_type(json_t *j, const char *name)
+{
+    if (json_is_object(j)) {
+        const char *k;
+        json_t *v;
+        json_t *t = json_object_get(j, "type");
+        if (json_is_string(t) && strcmp(json_string_value(t), name) == 0)
+            return true;
+        json_object_foreach(j, k, v)
+            if (json_has_type(v, name))
+                return true;
+    } else if (json_is_array(j)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v)
+            if (json_has_type(v, name))
+                return true;
+    }
+    return false;
+}
+
+/* The matching mode from tokenizer.json's decoder, found as lh_tokenizer_open finds the file
+ * (the tokenizer already loaded it, so a failure here only means SS_TEXT). */
+static ss_mode stop_mode(const char *model)
+{
+    struct stat st;
+    char path[4200];
+    const char *base = strrchr(model, '/');
+    base = base ? base + 1 : model;
+    if (stat(model, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(path, sizeof path, "%s/tokenizer.json", model);
+    else if (strcmp(base, "config.json") == 0)
+        snprintf(path, sizeof path, "%.*stokenizer.json", (int)(base - model), model);
+    else
+        snprintf(path, sizeof path, "%s", model);
+    json_t *j = json_load_file(path, 0, NULL);
+    json_t *dec = json_object_get(j, "decoder");
+    json_t *type = json_object_get(dec, "type");
+    ss_mode m = SS_TEXT;
+    if (json_is_string(type) && strcmp(json_string_value(type), "ByteLevel") == 0)
+        m = SS_BYTE_LEVEL;
+    else if (json_has_type(dec, "ByteFallback"))
+        m = SS_BYTE_FALLBACK;
+    else if (json_has_type(dec, "ByteLevel"))
+        m = SS_BYTE_LEVEL;
+    json_decref(j);
+    return m;
+}
+
+static void stop_matcher_free(stop_matcher *m)
+{
+    if (m->clean)
+        for (int32_t i = 0; i < m->vocab; i++)
+            free(m->clean[i]);
+    free(m->clean);
+    free(m->clean_len);
+    free(m->prefix);
+    if (m->hist)
+        for (size_t s = 0; s < m->n_seqs; s++)
+            free(m->hist[s]);
+    free(m->hist);
+    free(m->hist_len);
+    free(m->buf);
+    memset(m, 0, sizeof *m);
+}
+
+/* Prepares matching for n_seqs sequences whose prompts are ids/lens. Returns 0 or an exit
+ * status after printing why. */
+static int stop_matcher_init(stop_matcher *m, const lh_tokenizer *tok, const char *model,
+                             const char *const *strs, size_t n_strs, int32_t *const *ids,
+                             const int64_t *lens, size_t n_seqs)
+{
+    memset(m, 0, sizeof *m);
+    m->tok = tok;
+    m->mode = stop_mode(model);
+    m->strs = strs;
+    m->n_strs = n_strs;
+    m->n_seqs = n_seqs;
+    m->vocab = lh_tokenizer_vocab_size(tok);
+    for (size_t i = 0; i < n_strs; i++) {
+        int64_t units = 0;
+        if (m->mode == SS_TEXT)
+            for (const unsigned char *p = (const unsigned char *)strs[i]; *p; p++)
+                units += (*p & 0xC0) != 0x80;
+        else
+            units = (int64_t)strlen(strs[i]);
+        if (units > m->window)
+            m->window = units;
+    }
+    /* bytes_to_unicode, reversed */
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+        if (printable)
+            m->byte_of[b] = (uint8_t)b;
+        else
+            m->byte_of[256 + n++] = (uint8_t)b;
+    }
+    m->clean = calloc((size_t)(m->vocab > 0 ? m->vocab : 1), sizeof *m->clean);
+    m->clean_len = calloc((size_t)(m->vocab > 0 ? m->vocab : 1), sizeof *m->clean_len);
+    m->hist = calloc(n_seqs, sizeof *m->hist);
+    m->hist_len = calloc(n_seqs, sizeof *m->hist_len);
+    bool ok = m->clean && m->clean_len && m->hist && m->hist_len;
+    for (size_t s = 0; ok && s < n_seqs; s++) {
+        ok = (m->hist[s] = malloc((size_t)m->window * sizeof **m->hist)) != NULL;
+        int64_t take = lens[s] < m->window ? lens[s] : m->window;
+        if (ok)
+            memcpy(m->hist[s], ids[s] + lens[s] - take, (size_t)take * sizeof **m->hist);
+        m->hist_len[s] = take;
+    }
+    lh_err err = {0};
+    size_t np = 0;
+    if (ok && lh_tokenizer_encode(tok, "abcdef", 6, false, &m->prefix, &np, &err) != LH_OK) {
+        m->prefix = NULL; /* then tokens decode alone */
+        np = 0;
+    }
+    m->n_prefix = np;
+    if (!ok) {
+        fprintf(stderr, "llmhost run: out of memory\n");
+        stop_matcher_free(m);
+        return LH_E_NOMEM;
+    }
+    return 0;
+}
+
+/* The clean string of id (see above), computed once. */
+static lh_status clean_token(stop_matcher *m, int32_t id, const char **out, size_t *len,
+                             lh_err *err)
+{
+    *out = "";
+    *len = 0;
+    if (id < 0 || id >= m->vocab)
+        return LH_OK;
+    if (m->clean[id]) {
+        *out = m->clean[id];
+        *len = m->clean_len[id];
+        return LH_OK;
+    }
+    const char *tokstr = lh_tokenizer_id_to_token(m->tok, id);
+    if (!tokstr) /* no token has this id: it matches nothing */
+        return LH_OK;
+    size_t tl = strlen(tokstr);
+    char *c = NULL;
+    size_t cl = 0;
+    if (m->mode == SS_BYTE_LEVEL) {
+        c = malloc(tl + 1);
+        if (!c)
+            return oom(err);
+        const unsigned char *p = (const unsigned char *)tokstr;
+        bool all = true;
+        while (*p && all) {
+            uint32_t cp = utf8_next(&p);
+            bool in = cp < 324 && (cp >= 256 || m->byte_of[cp] == cp);
+            if (cp == 0)
+                in = false;
+            if (in)
+                c[cl++] = (char)m->byte_of[cp];
+            all = in;
+        }
+        if (!all) {
+            free(c);
+            c = NULL;
+            cl = 0;
+        }
+    } else if (m->mode == SS_BYTE_FALLBACK && tl == 6 && strncmp(tokstr, "<0x", 3) == 0 &&
+               tokstr[5] == '>' && isxdigit((unsigned char)tokstr[3]) &&
+               isxdigit((unsigned char)tokstr[4])) {
+        c = malloc(2);
+        if (!c)
+            return oom(err);
+        c[cl++] = (char)strtol(tokstr + 3, NULL, 16);
+    }
+    if (!c) { /* decoded after the prefix, which is cut off again */
+        int32_t *seq = malloc((m->n_prefix + 1) * sizeof *seq);
+        if (!seq)
+            return oom(err);
+        if (m->n_prefix)
+            memcpy(seq, m->prefix, m->n_prefix * sizeof *seq);
+        seq[m->n_prefix] = id;
+        char *text = NULL;
+        size_t len2 = 0;
+        lh_status st = lh_tokenizer_decode(m->tok, seq, m->n_prefix + 1, false, &text, &len2,
+                                           err);
+        free(seq);
+        if (st != LH_OK)
+            return st;
+        char *at = strstr(text, "abcdef");
+        if (!at) { /* the prefix did not survive: the token alone */
+            free(text);
+            if ((st = lh_tokenizer_decode(m->tok, &id, 1, false, &text, &len2, err)) != LH_OK)
+                return st;
+            at = text;
+        } else {
+            at += 6;
+        }
+        cl = len2 - (size_t)(at - text);
+        memmove(text, at, cl + 1);
+        c = text;
+    }
+    c[cl] = '\0';
+    m->clean[id] = c;
+    m->clean_len[id] = cl;
+    *out = c;
+    *len = cl;
+    return LH_OK;
+}
+
+/* Adds id to sequence s; *hit: a stop string now ends inside id's clean string. */
+static lh_status stop_matcher_step(stop_matcher *m, size_t s, int32_t id, bool *hit,
+                                   lh_err *err)
+{
+    *hit = false;
+    int32_t *h = m->hist[s];
+    if (m->hist_len[s] == m->window)
+        memmove(h, h + 1, (size_t)(--m->hist_len[s]) * sizeof *h);
+    h[m->hist_len[s]++] = id;
+    size_t n = 0, last = 0;
+    for (int64_t i = 0; i < m->hist_len[s]; i++) {
+        const char *c;
+        size_t cl;
+        lh_status st = clean_token(m, h[i], &c, &cl, err);
+        if (st != LH_OK)
+            return st;
+        if (n + cl + 1 > m->buf_cap) {
+            size_t cap = (n + cl + 1) * 2;
+            char *nb = realloc(m->buf, cap);
+            if (!nb)
+                return oom(err);
+            m->buf = nb;
+            m->buf_cap = cap;
+        }
+        last = n;
+        memcpy(m->buf + n, c, cl);
+        n += cl;
+    }
+    for (size_t j = 0; j < m->n_strs && !*hit; j++) {
+        size_t L = strlen(m->strs[j]);
+        /* an occurrence that ends after `last` starts after last - L */
+        size_t from = last + 1 > L ? last + 1 - L : 0;
+        if (from < n && n - from >= L)
+            *hit = memmem(m->buf + from, n - from, m->strs[j], L) != NULL;
+    }
+    return LH_OK;
+}
 
 static volatile sig_atomic_t g_interrupted;
 
@@ -147,6 +484,8 @@ typedef struct run_stream {
     lh_status st;
     lh_err err;
     double t_first;
+    stop_matcher *stops; /* --stop: NULL without */
+    bool *finish;        /* the params' finish flags */
 } run_stream;
 
 static bool run_on_step(void *user, int64_t step, const int64_t *seqs, const int32_t *ids,
@@ -167,12 +506,19 @@ static bool run_on_step(void *user, int64_t step, const int64_t *seqs, const int
         }
         free(chunk);
     }
+    for (int64_t i = 0; rs->stops && rs->st == LH_OK && i < n; i++) {
+        bool hit = false;
+        rs->st = stop_matcher_step(rs->stops, (size_t)seqs[i], ids[i], &hit, &rs->err);
+        if (hit)
+            rs->finish[seqs[i]] = true;
+    }
     return rs->st == LH_OK && !g_interrupted;
 }
 
 static const char *stop_name(lh_stop_reason r)
 {
-    return r == LH_STOP_EOS ? "eos" : r == LH_STOP_CANCELLED ? "interrupted" : "length";
+    return r == LH_STOP_EOS ? "eos" : r == LH_STOP_CANCELLED ? "interrupted"
+         : r == LH_STOP_CALLBACK ? "stop_string" : "length";
 }
 
 /* The output of `run -p`: the streamed text's end (one prompt), each prompt's text, or the
@@ -276,12 +622,43 @@ int lh_cli_run(const lh_cli_args *a)
     const double t_load = now_seconds();
     for (size_t i = 0; rc == 0 && !text_mode && i < n_prompts; i++)
         rc = parse_ids("run", "--prompt-tokens", a->prompt_tokens[i], &ids[i], &lens[i]);
-    if (text_mode && lh_tokenizer_open(a->model, &tok, &err) != LH_OK)
+    for (size_t i = 0; rc == 0 && i < a->n_stop_strings; i++)
+        if (!utf8_valid(a->stop_strings[i])) {
+            fprintf(stderr, "llmhost run: --stop %zu is not valid UTF-8\n", i);
+            rc = LH_E_USAGE;
+        }
+    /* --stop matches decoded text: it needs the tokenizer with --prompt-tokens too */
+    if (rc == 0 && (text_mode || a->n_stop_strings) &&
+        lh_tokenizer_open(a->model, &tok, &err) != LH_OK)
+        rc = report(&err);
+    if (rc == 0 && a->chat && !text_mode) {
+        fprintf(stderr, "llmhost run: --chat needs -p TEXT (a user message)\n");
+        rc = LH_E_USAGE;
+    }
+    lh_chat_template *tmpl = NULL;
+    if (rc == 0 && a->chat && lh_chat_template_open(a->model, &tmpl, &err) != LH_OK)
         rc = report(&err);
     for (size_t i = 0; rc == 0 && text_mode && i < n_prompts; i++) {
         size_t n = 0;
-        if (lh_tokenizer_encode(tok, a->prompts[i], strlen(a->prompts[i]), true, &ids[i], &n,
-                                &err) != LH_OK) {
+        /* --chat: the prompt is one user message rendered by the model's chat template with
+         * the generation prompt, then encoded without adding special tokens (the template
+         * writes them), as transformers' apply_chat_template(tokenize=True) does */
+        char *rendered = NULL;
+        size_t rlen = 0;
+        if (tmpl) {
+            const lh_chat_message msg = {.role = "user", .content = a->prompts[i]};
+            const lh_chat_render_options ro = {.struct_size = sizeof ro,
+                                               .add_generation_prompt = true};
+            if (lh_chat_template_render(tmpl, &msg, 1, &ro, &rendered, &rlen, &err) != LH_OK) {
+                rc = report(&err);
+                break;
+            }
+        }
+        const char *text = rendered ? rendered : a->prompts[i];
+        const size_t tlen = rendered ? rlen : strlen(a->prompts[i]);
+        lh_status est = lh_tokenizer_encode(tok, text, tlen, !rendered, &ids[i], &n, &err);
+        free(rendered);
+        if (est != LH_OK) {
             fprintf(stderr, "llmhost: error [%s]: -p %zu: %s\n", lh_status_name(err.code), i,
                     err.msg);
             rc = (int)err.code;
@@ -292,6 +669,7 @@ int lh_cli_run(const lh_cli_args *a)
             rc = LH_E_USAGE;
         }
     }
+    lh_chat_template_free(tmpl);
     lh_host *h = NULL;
     lh_engine *e = NULL;
     int32_t *out = NULL;
@@ -367,6 +745,15 @@ int lh_cli_run(const lh_cli_args *a)
             lh_detok_stream_create(tok, true, &rs.ds, &err) != LH_OK)
             rc = report(&err);
     }
+    stop_matcher sm = {0};
+    bool finish[LH_CLI_MAX_DIRS];
+    if (rc == 0 && a->n_stop_strings) {
+        rc = stop_matcher_init(&sm, tok, a->model, a->stop_strings, a->n_stop_strings, ids,
+                               lens, n_prompts);
+        rs.stops = rc == 0 ? &sm : NULL;
+        rs.finish = finish;
+        gp.finish = finish;
+    }
     if (rc == 0) {
         gp.on_step = run_on_step;
         gp.on_step_user = &rs;
@@ -427,6 +814,7 @@ int lh_cli_run(const lh_cli_args *a)
     for (size_t i = 0; i < n_prompts; i++)
         free(ids[i]);
     lh_detok_stream_free(rs.ds);
+    stop_matcher_free(&sm);
     lh_tokenizer_free(tok);
     lh_engine_close(e);
     lh_host_free(h);

@@ -197,16 +197,27 @@ typedef struct lh_generate_params {
     bool (*on_step)(void *user, int64_t step, const int64_t *seqs, const int32_t *ids,
                     int64_t n);
     void *on_step_user;         /* passed to on_step */
+    /* ---- appended (a struct_size that ends before here reads as finish NULL) ---- */
+    /* Per-sequence early stop (e.g. a stop string the caller matched on the decoded text):
+     * NULL, or an array of n_seqs flags that the caller lends for the call. The library sets
+     * every flag to false before the first step. on_step may set finish[seqs[i]] = true for a
+     * sequence it was just given a token of: after on_step returns, that sequence ends there
+     * with LH_STOP_CALLBACK -- keeping the token of this step, which is its last -- and leaves
+     * the batch while the others continue (a token in stop_ids ends it with LH_STOP_EOS
+     * instead). Flags of sequences not listed in that call are ignored. */
+    bool *finish;
 } lh_generate_params;
 
 typedef enum lh_stop_reason {
-    LH_STOP_LENGTH = 0,   /* max_new_tokens generated */
-    LH_STOP_EOS = 1,      /* the last generated token is one of stop_ids */
-    LH_STOP_CANCELLED = 2 /* on_step returned false while the sequence was running */
+    LH_STOP_LENGTH = 0,    /* max_new_tokens generated */
+    LH_STOP_EOS = 1,       /* the last generated token is one of stop_ids */
+    LH_STOP_CANCELLED = 2, /* on_step returned false while the sequence was running */
+    LH_STOP_CALLBACK = 3   /* on_step set the sequence's finish flag (params.finish) */
 } lh_stop_reason;
 
 /* Fills *out (out->struct_size must be at least sizeof(lh_generate_params); kept as given)
- * with the model's defaults (see above), max_new_tokens 32, seed 0 and seq_streams NULL.
+ * with the model's defaults (see above), max_new_tokens 32, seed 0, and seq_streams, on_step
+ * and finish NULL (as far as out->struct_size reaches).
  * stop_ids points into the engine and lives as long as it. */
 LH_EXPORT lh_status lh_engine_generation_defaults(const lh_engine *e, lh_generate_params *out,
                                                   lh_err *err);
@@ -214,8 +225,9 @@ LH_EXPORT lh_status lh_engine_generation_defaults(const lh_engine *e, lh_generat
 /* Generates for n_seqs prompts in one batch: out [n_seqs, max_new_tokens] ids, row-major,
  * caller-allocated; out_lens[s] receives the number of tokens sequence s generated and
  * stop[s] (may be NULL) why it stopped. A sequence stops after generating a token in
- * stop_ids -- that token IS part of its output, as in transformers' generate() -- or after
- * max_new_tokens tokens; a stopped sequence leaves the batch while the others continue. The
+ * stop_ids -- that token IS part of its output, as in transformers' generate() -- after
+ * max_new_tokens tokens, or when on_step marks it in params.finish (the token of that step is
+ * its last); a stopped sequence leaves the batch while the others continue. The
  * rest of a stopped row of out is filled with -1.
  * Same seed, same output: for the same model files, run config, prompt, parameters and
  * stream, the tokens are identical from run to run whatever the thread count or the other
@@ -304,6 +316,87 @@ LH_EXPORT lh_status lh_detok_stream_finish(lh_detok_stream *s, char **chunk, siz
                                            lh_err *err);
 /* NULL is ok. */
 LH_EXPORT void lh_detok_stream_free(lh_detok_stream *s);
+
+/* ---- chat templates -------------------------------------------------------------------- */
+
+/* A model's chat template (tokenizer_config.json's `chat_template`, Jinja) with the special
+ * tokens the template sees (bos_token, eos_token, unk_token, sep_token, pad_token, cls_token,
+ * mask_token, as transformers passes them), rendered by an interpreter for the Jinja subset
+ * that the Llama 2/3, Mistral, Qwen2 and SmolLM families' templates use; for the templates and
+ * conversations of tests/fixtures/chat the output equals transformers' apply_chat_template(...,
+ * tokenize=False). host/chat/jinja.h lists the subset.
+ * Ownership: an lh_chat_template is immutable after loading; render may run on it from several
+ * threads at once. Rendered strings are malloc'ed and the caller's (free()).
+ * Errors of the loaders: LH_E_IO (the file cannot be read, path named), LH_E_CONFIG (malformed
+ * JSON with line:column, no chat_template, a chat_template list without "default", a wrong
+ * type; a template syntax error with the template's line:column), LH_E_UNSUPPORTED (a Jinja
+ * construct outside the subset, named, with line:column), LH_E_NOMEM. On error *out is NULL. */
+typedef struct lh_chat_template lh_chat_template;
+
+/* Opens the chat template of a model: path is a model directory (its tokenizer_config.json),
+ * a model's config.json (the tokenizer_config.json next to it), or a tokenizer_config.json.
+ * `chat_template` may be a string or a list of {"name", "template"} (the one named "default"
+ * is used). */
+LH_EXPORT lh_status lh_chat_template_open(const char *path, lh_chat_template **out,
+                                          lh_err *err);
+/* The same from tokenizer_config.json text in memory; origin names it in messages. */
+LH_EXPORT lh_status lh_chat_template_load_json(const char *text, size_t len, const char *origin,
+                                               lh_chat_template **out, lh_err *err);
+/* A template from its Jinja source (len bytes); special_tokens_json: NULL or a JSON object of
+ * strings ({"bos_token": "<s>", ...}) the template sees as variables (LH_E_USAGE if it is
+ * not one). */
+LH_EXPORT lh_status lh_chat_template_from_string(const char *source, size_t len,
+                                                 const char *special_tokens_json,
+                                                 lh_chat_template **out, lh_err *err);
+/* NULL is ok. */
+LH_EXPORT void lh_chat_template_free(lh_chat_template *t);
+/* The template's Jinja source (owned by t). */
+LH_EXPORT const char *lh_chat_template_source(const lh_chat_template *t);
+/* A special token string by name ("bos_token", ...; owned by t), or NULL when not set. */
+LH_EXPORT const char *lh_chat_template_special_token(const lh_chat_template *t,
+                                                     const char *name);
+
+typedef struct lh_chat_message {
+    const char *role;    /* "system", "user", "assistant", ... (UTF-8) */
+    const char *content; /* UTF-8 */
+} lh_chat_message;
+
+typedef struct lh_chat_render_options {
+    uint32_t struct_size; /* sizeof(lh_chat_render_options) */
+    /* end with the template's prompt for the assistant's turn */
+    bool add_generation_prompt;
+    /* NULL, or a JSON array of tool schemas ({"type": "function", "function": {...}}): the
+     * template's `tools` (none otherwise) */
+    const char *tools_json;
+    /* NULL, or a JSON object of further template variables (e.g. {"date_string": "26 Jul
+     * 2024"}); they override the special tokens, as apply_chat_template's kwargs do */
+    const char *extra_json;
+    /* strftime_now's clock: when fixed_now, now_unix (seconds since the epoch) in UTC; else
+     * the current local time, as transformers' datetime.now() */
+    bool fixed_now;
+    int64_t now_unix;
+} lh_chat_render_options;
+
+/* Renders the conversation into *out (NUL-terminated UTF-8; *len its length, len may be
+ * NULL). opt NULL: no generation prompt, no tools, the current time. The template sees
+ * messages (a list of {role, content}), tools, documents (none), add_generation_prompt and
+ * the special tokens, then the extra variables.
+ * Errors: LH_E_USAGE for NULL arguments, a struct_size smaller than this library's, text that
+ * is not UTF-8, malformed tools/extra JSON, and raise_exception() in the template (the message
+ * ends with the template's own message, e.g. "Conversation roles must alternate
+ * user/assistant/user/assistant/..."); LH_E_CONFIG for a runtime type error in the template
+ * (line:column); LH_E_UNSUPPORTED for a method, function or value outside the subset, or a
+ * bound exceeded (1e6 loop iterations, 64 MiB strings, values nested 256 deep); LH_E_NOMEM. */
+LH_EXPORT lh_status lh_chat_template_render(const lh_chat_template *t,
+                                            const lh_chat_message *messages, size_t n_messages,
+                                            const lh_chat_render_options *opt, char **out,
+                                            size_t *len, lh_err *err);
+/* The same with the messages as a JSON array of objects (any keys, e.g. "tool_calls"), as
+ * transformers takes them. Errors: as above; malformed messages JSON is LH_E_USAGE. */
+LH_EXPORT lh_status lh_chat_template_render_json(const lh_chat_template *t,
+                                                 const char *messages_json,
+                                                 const lh_chat_render_options *opt, char **out,
+                                                 size_t *len, lh_err *err);
 
 /* Writes data [rows, cols] float32 to `path` as a NumPy .npy file ('<f4', C order), the
  * format of `llmhost logits --out`. Errors: LH_E_IO naming the path. */

@@ -180,6 +180,31 @@ static bool (*step_callback(const lh_generate_params *p))(void *, int64_t, const
     return p->on_step;
 }
 
+/* the caller's finish flags, or NULL when its struct ends before them */
+static bool *finish_flags(const lh_generate_params *p)
+{
+    if (p->struct_size < offsetof(lh_generate_params, finish) + sizeof p->finish)
+        return NULL;
+    return p->finish;
+}
+
+/* After on_step saw rows seq[0..n): the sequences it marked finished end with
+ * LH_STOP_CALLBACK (one that just produced a stop id keeps LH_STOP_EOS). */
+static void apply_finish(bool *finish, const int64_t *seq, int64_t n, bool *done,
+                         lh_stop_reason *stop)
+{
+    if (!finish)
+        return;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = seq[i];
+        if (finish[s] && !done[s]) {
+            done[s] = true;
+            if (stop)
+                stop[s] = LH_STOP_CALLBACK;
+        }
+    }
+}
+
 static lh_status check_params(lh_kctx *kctx, const lh_generate_params *p, lh_err *err)
 {
     if (!p)
@@ -248,7 +273,10 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
     st0 = check_pool(d, lens, n_seqs, max_new - (max_new > 0), err);
     if (st0 != LH_OK)
         return st0;
+    bool *finish = finish_flags(p);
     for (int64_t s = 0; s < n_seqs; s++) {
+        if (finish)
+            finish[s] = false;
         if (out_lens)
             out_lens[s] = 0;
         if (stop)
@@ -336,8 +364,10 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
         step_callback(p);
     bool cancelled = false;
     int64_t cancel_k = 0; /* the step after which on_step asked to stop */
-    if (st == LH_OK && on_step && !on_step(p->on_step_user, 0, seq, b.tokens, n_seqs))
-        cancelled = true;
+    if (st == LH_OK && on_step) {
+        cancelled = !on_step(p->on_step_user, 0, seq, b.tokens, n_seqs);
+        apply_finish(finish, seq, n_seqs, done, stop);
+    }
     /* decode: one new token per running sequence per step; the clock runs across the steps
      * (their input assembly included), and what completed is recorded after each one */
     int64_t decoded = 0;
@@ -371,9 +401,12 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
         }
         for (int64_t i = 0; i < n && st == LH_OK; i++)
             ACCEPT(i, k);
-        if (st == LH_OK && on_step && !on_step(p->on_step_user, k, seq, b.tokens, n)) {
-            cancelled = true;
-            cancel_k = k;
+        if (st == LH_OK && on_step) {
+            if (!on_step(p->on_step_user, k, seq, b.tokens, n)) {
+                cancelled = true;
+                cancel_k = k;
+            }
+            apply_finish(finish, seq, n, done, stop);
         }
     }
 #undef ACCEPT

@@ -24,7 +24,9 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
  * step k (0 for the first new token) and the sequence's stream. p->on_step (read only when
  * p->struct_size covers it; struct sizes down to offsetof(on_step) are accepted) is called
  * after each step's tokens are recorded; false from it ends the generation there
- * (LH_STOP_CANCELLED for the sequences still short of max_new_tokens). Errors: as
+ * (LH_STOP_CANCELLED for the sequences still short of max_new_tokens); p->finish (read only
+ * when struct_size covers it) is cleared on entry, and a sequence whose flag on_step set
+ * leaves the batch with LH_STOP_CALLBACK (LH_STOP_EOS wins on a stop id). Errors: as
  * lh_generate_greedy, plus LH_E_USAGE for the parameters. */
 lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
                       const int32_t *const *prompts, const int64_t *lens, int64_t n_seqs,

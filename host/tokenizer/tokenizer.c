@@ -1569,11 +1569,11 @@ static lh_status parse_model(ctx *c, lh_tokenizer *t, json_t *m, json_t *added)
                               "the vocab", c->origin, p, (int)al, a, (int)bl, b);
         uint64_t k = ((uint64_t)(uint32_t)ia << 32) | (uint32_t)ib;
         size_t slot = pair_slot(&t->merges, k);
-        if (!t->merges.keys[slot]) { /* the first occurrence of a pair ranks */
-            t->merges.keys[slot] = k + 1;
-            t->merges.rank[slot] = (int32_t)i;
-            t->merges.merged[slot] = im;
-        }
+        /* a pair listed twice ranks where it was listed last, as `tokenizers` (which collects
+         * the merges into a map) has it */
+        t->merges.keys[slot] = k + 1;
+        t->merges.rank[slot] = (int32_t)i;
+        t->merges.merged[slot] = im;
     }
     return LH_OK;
 }
@@ -1995,15 +1995,19 @@ lh_status lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *id, size_t n
 {
     *text = NULL;
     *len = 0;
+    /* like `tokenizers`, ids without a token are skipped: a model's vocabulary may be padded
+     * beyond the tokenizer's (Qwen2), and sampling can pick such an id; negative ids cannot
+     * exist and are refused */
     for (size_t i = 0; i < n; i++)
-        if (id[i] < 0 || id[i] >= t->n_ids || !t->tokens[id[i]])
-            return lh_err_set(err, LH_E_USAGE, "no token has id %d (position %zu)", (int)id[i], i);
+        if (id[i] < 0)
+            return lh_err_set(err, LH_E_USAGE, "token id %d (position %zu) is negative",
+                              (int)id[i], i);
     strs s = {calloc(n + 1, sizeof(buf)), 0};
     if (!s.v)
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
     bool ok = true;
     for (size_t i = 0; i < n && ok; i++) {
-        if (skip_special_tokens && t->special[id[i]])
+        if (id[i] >= t->n_ids || !t->tokens[id[i]] || (skip_special_tokens && t->special[id[i]]))
             continue;
         buf *b = &s.v[s.n++];
         buf_add(b, t->tokens[id[i]], t->token_lens[id[i]]);
@@ -2080,6 +2084,16 @@ static lh_status take_chunk(lh_detok_stream *s, const char *text, size_t upto, c
     return LH_OK;
 }
 
+/* Starts a new segment at the first id not yet sent: what was sent stays sent. */
+static void rebase(lh_detok_stream *s)
+{
+    memmove(s->all.v, s->all.v + s->n_sent, (s->all.n - s->n_sent) * sizeof *s->all.v);
+    s->all.n -= s->n_sent;
+    s->n_sent = 0;
+    s->emitted = 0;
+    s->sent.len = 0;
+}
+
 lh_status lh_detok_stream_step(lh_detok_stream *s, int32_t id, char **chunk, size_t *len,
                                lh_err *err)
 {
@@ -2102,6 +2116,21 @@ lh_status lh_detok_stream_step(lh_detok_stream *s, int32_t id, char **chunk, siz
         free(text);
         *chunk = calloc(1, 1);
         return *chunk ? LH_OK : lh_err_set(err, LH_E_NOMEM, "out of memory");
+    }
+    if (tl < s->emitted || memcmp(text, s->sent.p ? s->sent.p : "", s->emitted) != 0) {
+        /* a byte-fallback group that turned invalid rewrote text already streamed (it
+         * decodes as a whole, into U+FFFD): what was sent stays sent; the stream continues
+         * from the ids not yet sent, decoded as a new segment */
+        free(text);
+        rebase(s);
+        st = lh_tokenizer_decode(s->t, s->all.v, s->all.n, s->skip, &text, &tl, err);
+        if (st)
+            return st;
+        if (tl >= 3 && memcmp(text + tl - 3, "\xEF\xBF\xBD", 3) == 0) {
+            free(text);
+            *chunk = calloc(1, 1);
+            return *chunk ? LH_OK : lh_err_set(err, LH_E_NOMEM, "out of memory");
+        }
     }
     st = take_chunk(s, text, tl, chunk, len, err);
     free(text);

@@ -1702,6 +1702,23 @@ def byte_level_tokenizer():
                       "vocab": vocab, "merges": []}}
 
 
+def merged_tokenizer():
+    """byte_level_tokenizer() plus 256 two-letter tokens (ids 256..511: "aa", "ab", ...,
+    "pp", letters a-p) with their merges: ids that fit qwen2-f32's vocabulary of 512."""
+    t = byte_level_tokenizer()
+    letters = "abcdefghijklmnop"
+    for i, (x, y) in enumerate((x, y) for x in letters for y in letters):
+        t["model"]["vocab"][x + y] = 256 + i
+        t["model"]["merges"].append(x + " " + y)
+    return t
+
+
+def merged_token_bytes(i):
+    """The bytes of id i of merged_tokenizer()."""
+    letters = "abcdefghijklmnop"
+    return bytes([i]) if i < 256 else (letters[(i - 256) // 16] + letters[(i - 256) % 16]).encode()
+
+
 class TestText(CliTestCase):
 
     def text_model(self, base="llama-mha-f32", tokenizer=None):
@@ -1714,6 +1731,29 @@ class TestText(CliTestCase):
         with open(os.path.join(d, "tokenizer.json"), "w") as f:
             json.dump(tokenizer or byte_level_tokenizer(), f)
         return d
+
+    def test_run_chat_renders_the_template(self):
+        # --chat: the prompt becomes a user message rendered by tokenizer_config.json's
+        # chat_template (with the generation prompt), encoded without added special tokens;
+        # the same ids given as --prompt-tokens generate the same tokens
+        d = self.text_model()
+        tmpl = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] | trim }}\n"
+                "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            json.dump({"chat_template": tmpl}, f)
+        chat = self.ok_json("run", d, "--chat", "-p", "  hi there ", "-n", "6", "--json")
+        rendered = "<user>hi there\n<assistant>"
+        ids = self.ok_json("tokenize", d, "--text", rendered, "--no-special", "--json")["ids"]
+        plain = self.ok_json("run", d, "--prompt-tokens", ",".join(map(str, ids)), "-n", "6",
+                             "--json")
+        self.assertEqual(chat["outputs"][0]["ids"], plain["tokens"])
+        # no template: a clear error naming the file; --chat without -p: usage
+        os.remove(os.path.join(d, "tokenizer_config.json"))
+        rc, out, err = cli("run", d, "--chat", "-p", "hi", "-n", "2")
+        self.assertNotEqual(rc, 0, err)
+        self.assertIn("tokenizer_config.json", err)
+        rc, out, err = cli("run", d, "--chat", "--prompt-tokens", "1,2", "-n", "2")
+        self.assertEqual(rc, 2, err)
 
     def expected_cases(self, name):
         with open(os.path.join(TOKENIZERS, name + ".expected.json")) as f:
@@ -1907,6 +1947,288 @@ class TestText(CliTestCase):
         big = self.text_model("qwen3-bf16",
                               tokenizer=load_json(os.path.join(TOKENIZERS, "bpe_llama3.json")))
         self.assert_error(cli("run", big, "-p", "zzzz Hello world", "-n", "2"), 2, "usage")
+
+
+    # -- run --stop (transformers' StopStringCriteria; the byte-level tokenizer: id = byte)
+
+    @staticmethod
+    def stop_len(prompt_ids, gen, stops):
+        """How many of `gen` transformers keeps with these stop strings: up to and including
+        the first token after which a stop string occurs in the bytes of prompt + output
+        ending inside that token (the byte-level fixture tokenizer: each id is one byte)."""
+        for k in range(len(gen)):
+            before = bytes(prompt_ids + gen[:k])
+            now = bytes(prompt_ids + gen[:k + 1])
+            for s in stops:
+                b = s.encode("utf-8")
+                if b in now[max(0, len(before) - len(b) + 1):]:
+                    return k + 1
+        return len(gen)
+
+    def free_run(self, d, prompt, n=40):
+        return self.ok_json("run", d, "-p", prompt, "-n", str(n), "--ignore-eos",
+                            "--json")["outputs"][0]["ids"]
+
+    def ascii_stops(self, prompt, gen, width, lo=3):
+        """Stop strings of `width` printable ASCII bytes taken from the output that stop it
+        at token lo or later, before its end: (string, expected kept length)."""
+        p = list(prompt.encode("utf-8"))
+        found = []
+        for i in range(len(gen) - width + 1):
+            w = gen[i:i + width]
+            if all(32 <= b < 127 for b in w):
+                s = bytes(w).decode("ascii")
+                k = self.stop_len(p, gen, [s])
+                if lo <= k < len(gen) and s not in [f[0] for f in found]:
+                    found.append((s, k))
+        return found
+
+    def test_run_stop_string_ends_the_sequence(self):
+        d = self.text_model()
+        prompt = "Hello"
+        gen = self.free_run(d, prompt)
+        cases = self.ascii_stops(prompt, gen, 1)[:2] + self.ascii_stops(prompt, gen, 2)[:2]
+        self.assertGreaterEqual(len(cases), 2, gen)
+        for s, k in cases:
+            with self.subTest(stop=s):
+                j = self.ok_json("run", d, "-p", prompt, "-n", "40", "--ignore-eos", "--json",
+                                 "--stop", s)
+                o = j["outputs"][0]
+                self.assertEqual(o["stopped"], "stop_string")
+                # the token that completed the string is kept, as in transformers
+                self.assertEqual(o["ids"], gen[:k])
+                self.assertEqual(o["text"], bytes(gen[:k]).decode("utf-8", "replace"))
+                self.assertIn(s, o["text"])
+                self.assertEqual(j["timings"]["decode_tokens"], k - 1)
+                # streamed: exactly the --json text (the stop string included), then a newline
+                p = subprocess.run([EXE, "run", d, "-p", prompt, "-n", "40", "--ignore-eos",
+                                    "--stop", s], capture_output=True, timeout=60,
+                                   env=base_env(), stdin=subprocess.DEVNULL)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertEqual(p.stdout, o["text"].encode("utf-8") + b"\n")
+
+    def test_run_stop_string_spanning_tokens_and_the_prompt(self):
+        d = self.text_model()
+        for prompt in ("Hello", "abc", "The quick brown fox", "x y z", "Hi"):
+            gen = self.free_run(d, prompt)
+            if 32 <= gen[0] < 127 and 32 <= gen[1] < 127:
+                break
+        else:
+            self.skipTest("no prompt whose first two new tokens are ASCII")
+        p = list(prompt.encode("utf-8"))
+        # two new tokens make it: it spans them
+        s = bytes(gen[:2]).decode("ascii")
+        k = self.stop_len(p, gen, [s])
+        self.assertLessEqual(k, 2)
+        o = self.ok_json("run", d, "-p", prompt, "-n", "40", "--ignore-eos", "--json", "--stop",
+                         s)["outputs"][0]
+        self.assertEqual((o["ids"], o["stopped"]), (gen[:k], "stop_string"))
+        # begun in the prompt, completed by the first new token: transformers matches the
+        # end of prompt + output, so this stops after one token
+        s = prompt[-2:] + chr(gen[0])
+        o = self.ok_json("run", d, "-p", prompt, "-n", "40", "--ignore-eos", "--json", "--stop",
+                         s)["outputs"][0]
+        self.assertEqual((o["ids"], o["stopped"]), (gen[:1], "stop_string"))
+        # wholly inside the prompt: not a stop (unless generated again)
+        s = prompt[:2]
+        k = self.stop_len(p, gen, [s])
+        o = self.ok_json("run", d, "-p", prompt, "-n", "40", "--ignore-eos", "--json", "--stop",
+                         s)["outputs"][0]
+        self.assertEqual(o["ids"], gen[:k])
+        self.assertEqual(o["stopped"], "stop_string" if k < len(gen) else "length")
+
+    def test_run_several_stop_strings_the_first_match_wins(self):
+        d = self.text_model()
+        prompt = "Hello"
+        gen = self.free_run(d, prompt)
+        cases = self.ascii_stops(prompt, gen, 2, lo=2)
+        self.assertGreaterEqual(len(cases), 2, gen)
+        (s1, k1), (s2, k2) = cases[0], cases[-1]
+        p = list(prompt.encode("utf-8"))
+        k = self.stop_len(p, gen, [s1, s2])
+        self.assertEqual(k, min(k1, k2))
+        for order in ((s1, s2), (s2, s1), (s2, "\u00e9\u00e9\u00e9", s1)):
+            args = []
+            for s in order:
+                args += ["--stop", s]
+            o = self.ok_json("run", d, "-p", prompt, "-n", "40", "--ignore-eos", "--json",
+                             *args)["outputs"][0]
+            self.assertEqual((o["ids"], o["stopped"]), (gen[:k], "stop_string"))
+        # a string that never appears changes nothing
+        o = self.ok_json("run", d, "-p", prompt, "-n", "40", "--ignore-eos", "--json", "--stop",
+                         "\u00e9\u00e9\u00e9")["outputs"][0]
+        self.assertEqual((o["ids"], o["stopped"]), (gen, "length"))
+
+    def test_run_stop_string_in_a_batch_ends_one_sequence(self):
+        d = self.text_model()
+        prompts = ["Hello", "The quick brown fox", "abc"]
+        gens = [self.free_run(d, p) for p in prompts]
+        pick = None
+        for s, k in self.ascii_stops(prompts[0], gens[0], 2):
+            if all(self.stop_len(list(p.encode()), g, [s]) == len(g)
+                   for p, g in zip(prompts[1:], gens[1:])):
+                pick = (s, k)
+                break
+        if pick is None:
+            self.skipTest("no stop string that only the first prompt produces")
+        s, k = pick
+        args = ["run", d, "-n", "40", "--ignore-eos", "--stop", s]
+        for p in prompts:
+            args += ["-p", p]
+        j = self.ok_json(*args, "--json")
+        outs = j["outputs"]
+        self.assertEqual((outs[0]["ids"], outs[0]["stopped"]), (gens[0][:k], "stop_string"))
+        for o, g in zip(outs[1:], gens[1:]):
+            self.assertEqual((o["ids"], o["stopped"]), (g, "length"))
+        self.assertEqual(j["timings"]["decode_tokens"], (k - 1) + 2 * 39)
+        p = subprocess.run([EXE, *args], capture_output=True, timeout=60, env=base_env(),
+                           stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, b"".join(o["text"].encode("utf-8") + b"\n" for o in outs))
+        # --prompt-tokens: the same, matched through the model's tokenizer
+        args = ["run", d, "-n", "40", "--ignore-eos", "--stop", s, "--json"]
+        for pr in prompts:
+            args += ["--prompt-tokens", ",".join(str(b) for b in pr.encode("utf-8"))]
+        rc, out, err = cli(*args)
+        self.assertEqual(rc, 0, err)
+        lines = [json.loads(l) for l in out.splitlines()]
+        self.assertEqual(lines[0], {"tokens": gens[0][:k], "stopped": "stop_string"})
+        self.assertEqual(lines[1], {"tokens": gens[1], "stopped": "length"})
+
+    def test_run_stop_string_and_eos(self):
+        d = self.text_model()
+        gen = self.free_run(d, "Hello")
+        s, k = self.ascii_stops("Hello", gen, 1)[0]
+        # a stop id before the string: eos; the stop id on the same token: eos wins
+        o = self.ok_json("run", d, "-p", "Hello", "-n", "40", "--json", "--stop", s,
+                         "--stop-token-id", str(gen[k - 1]))["outputs"][0]
+        kk = gen.index(gen[k - 1]) + 1
+        self.assertEqual((o["ids"], o["stopped"]), (gen[:kk], "eos"))
+
+    def test_run_stop_string_inside_multi_byte_tokens(self):
+        # tokens of two letters: a stop string may start and end inside tokens ("overhangs");
+        # the token that completes it is kept whole, so the text goes on past the string
+        d = self.text_model("qwen2-f32", tokenizer=merged_tokenizer())
+        prompt = "abcd efgh"
+        ids = self.ok_json("tokenize", d, "--text", prompt, "--json")["ids"]
+        self.assertTrue(all(i >= 256 for i in ids if i != 32), ids)
+        gen = self.free_run(d, prompt, 48)
+        pieces = [merged_token_bytes(i) for i in ids + gen]
+        cat = b"".join(pieces)
+        starts = [sum(len(p) for p in pieces[:i]) for i in range(len(pieces))]
+        n_prompt = len(ids)
+
+        def expected(stop):
+            b = stop.encode()
+            for k in range(len(gen)):
+                t = n_prompt + k
+                end_of_token = starts[t] + len(pieces[t])
+                if b in cat[max(0, starts[t] - len(b) + 1):end_of_token]:
+                    return k + 1
+            return len(gen)
+
+        tried = 0
+        for k in range(2, len(gen)):
+            t = n_prompt + k
+            if gen[k] < 256 or gen[k - 1] < 256:
+                continue
+            # from the middle of the previous token into the middle of this one
+            stop = cat[starts[t] - 1:starts[t] + 1].decode()
+            exp = expected(stop)
+            o = self.ok_json("run", d, "-p", prompt, "-n", "48", "--ignore-eos", "--json",
+                             "--stop", stop)["outputs"][0]
+            self.assertEqual(o["ids"], gen[:exp], stop)
+            self.assertEqual(o["stopped"], "stop_string" if exp < len(gen) else "length")
+            self.assertEqual(o["text"].encode(), b"".join(pieces[n_prompt:n_prompt + exp]))
+            tried += 1
+            if tried == 3:
+                break
+        if tried == 0:
+            self.skipTest("no two adjacent two-letter tokens generated")
+
+    def test_run_stop_usage_errors(self):
+        d = self.text_model()
+        rc, out, err = cli("run", d, "-p", "a", "--stop", "")
+        self.assertEqual(rc, 2, err)
+        self.assertIn("--stop", err)
+        p = subprocess.run([EXE.encode(), b"run", d.encode(), b"-p", b"a", b"--stop", b"\xff"],
+                           capture_output=True, timeout=60, env=base_env(),
+                           stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(b"UTF-8", p.stderr)
+        # --prompt-tokens with --stop needs the model's tokenizer.json: an I/O error naming it
+        model = os.path.join(MODELS, "llama-mha-f32")
+        self.assert_error(cli("run", model, "--prompt-tokens", "1,2", "--stop", "x"), 13,
+                          "io-error", os.path.join(model, "tokenizer.json"))
+        rc, out, err = cli("run", "--help")
+        self.assertEqual(rc, 0)
+        self.assertIn("--stop STRING", out)
+        self.assertIn("stop_string", out)
+
+    # -- the load progress bar
+
+    def converting_model(self):
+        """A bf16 model run as float32: its weights are converted, so loading reports
+        progress."""
+        return self.text_model("llama-gqa-bf16"), ["--dtype", "float32"]
+
+    def test_progress_bar_not_drawn_when_stderr_is_piped(self):
+        d, flags = self.converting_model()
+        p = subprocess.run([EXE, "run", d, "-p", "Hi", "-n", "3", *flags], capture_output=True,
+                           timeout=60, env=base_env(), stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for stream in (p.stdout, p.stderr):
+            self.assertNotIn(b"\r", stream)
+            self.assertNotIn(b"\x1b", stream)
+            self.assertNotIn(b"loading weights", stream)
+        self.assertEqual(p.stderr, b"")
+
+    def test_progress_bar_on_a_terminal(self):
+        import pty
+        d, flags = self.converting_model()
+
+        def run_on_pty(env):
+            master, slave = pty.openpty()
+            try:
+                p = subprocess.Popen([EXE, "run", d, "-p", "Hi", "-n", "3", *flags],
+                                     stdout=subprocess.PIPE, stderr=slave, env=env,
+                                     stdin=subprocess.DEVNULL)
+            finally:
+                os.close(slave)
+            term = b""
+            try:
+                while True:
+                    try:
+                        chunk = os.read(master, 4096)
+                    except OSError:  # EIO: the child closed the terminal
+                        break
+                    if not chunk:
+                        break
+                    term += chunk
+                out = p.stdout.read()
+                p.stdout.close()
+                p.wait(timeout=60)
+            finally:
+                os.close(master)
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            self.assertEqual(p.returncode, 0, term)
+            return term, out
+
+        term, out = run_on_pty(base_env())
+        self.assertIn(b"loading weights [", term)
+        self.assertIn(b"100%", term)
+        # redrawn in place, then the line ends
+        self.assertTrue(term.startswith(b"\r"), term)
+        self.assertRegex(term, rb"100% [^\r\n]*\x1b\[K\r?\n$")
+        # stdout (a pipe) carries only the text
+        self.assertNotIn(b"\r", out)
+        self.assertNotIn(b"\x1b", out)
+        self.assertNotIn(b"loading", out)
+        # LLMHOST_NO_PROGRESS turns it off
+        term, out = run_on_pty(base_env(LLMHOST_NO_PROGRESS="1"))
+        self.assertNotIn(b"loading weights", term)
 
 
 # ---- runner -------------------------------------------------------------------------------------

@@ -404,6 +404,102 @@ static void test_step_callback(void)
     lh_engine_close(e);
 }
 
+/* per-sequence stop from the callback (params.finish): the marked sequence keeps the token of
+ * that step and leaves the batch with LH_STOP_CALLBACK, the others continue unchanged */
+typedef struct finish_ctx {
+    bool *finish;
+    int64_t target, at_step; /* mark sequence target when it receives its at_step-th token */
+    int64_t calls_after;     /* rows of target reported after it was marked */
+    bool marked;
+} finish_ctx;
+
+static bool finish_step(void *user, int64_t step, const int64_t *seqs, const int32_t *ids,
+                        int64_t n)
+{
+    (void)ids;
+    finish_ctx *f = user;
+    for (int64_t i = 0; i < n; i++) {
+        if (seqs[i] != f->target)
+            continue;
+        if (f->marked)
+            f->calls_after++;
+        if (step == f->at_step) {
+            f->finish[seqs[i]] = true;
+            f->marked = true;
+        }
+    }
+    return true;
+}
+
+static void test_finish_flags(void)
+{
+    char dir[1200];
+    model_path(dir, sizeof dir);
+    lh_engine *e = open_model(dir, 2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    const int32_t *const *pr = (const int32_t *const *)prompts;
+    int32_t out[3][N_NEW];
+    int64_t ol[3];
+    lh_stop_reason why[3];
+    lh_err err = {0};
+    bool flags[3] = {true, true, true}; /* stale flags: cleared on entry */
+    const int64_t ats[] = {0, 1, 5, N_NEW - 1};
+    for (size_t a = 0; a < sizeof ats / sizeof ats[0]; a++) {
+        const int64_t at = ats[a];
+        finish_ctx f = {.finish = flags, .target = 1, .at_step = at};
+        lh_generate_params p = defaults(e);
+        CU_ASSERT_PTR_NULL(p.finish); /* the defaults lend no flags */
+        p.on_step = finish_step;
+        p.on_step_user = &f;
+        p.finish = flags;
+        CU_ASSERT_EQUAL_FATAL(gen(e, &p, pr, lens, 3, out, ol, why, &err), LH_OK);
+        CU_ASSERT(f.marked);
+        CU_ASSERT_EQUAL(f.calls_after, 0);
+        CU_ASSERT_EQUAL(ol[1], at + 1);
+        CU_ASSERT_EQUAL(why[1], LH_STOP_CALLBACK);
+        CU_ASSERT_EQUAL(memcmp(out[1], greedy_ref[1], (size_t)(at + 1) * sizeof(int32_t)), 0);
+        for (int64_t k = at + 1; k < N_NEW; k++)
+            CU_ASSERT_EQUAL(out[1][k], -1);
+        for (int s = 0; s < 3; s += 2) {
+            CU_ASSERT_EQUAL(ol[s], N_NEW);
+            CU_ASSERT_EQUAL(why[s], LH_STOP_LENGTH);
+            CU_ASSERT_EQUAL(memcmp(out[s], greedy_ref[s], sizeof out[s]), 0);
+        }
+    }
+    /* a stop id in the same step wins: LH_STOP_EOS */
+    {
+        finish_ctx f = {.finish = flags, .target = 1, .at_step = 2};
+        lh_generate_params p = defaults(e);
+        int32_t stop_id = greedy_ref[1][2];
+        p.stop_ids = &stop_id;
+        p.n_stop_ids = 1;
+        p.on_step = finish_step;
+        p.on_step_user = &f;
+        p.finish = flags;
+        CU_ASSERT_EQUAL_FATAL(gen(e, &p, pr, lens, 3, out, ol, why, &err), LH_OK);
+        bool first = true;
+        for (int k = 0; k < 2; k++)
+            first = first && greedy_ref[1][k] != stop_id;
+        if (first) {
+            CU_ASSERT_EQUAL(why[1], LH_STOP_EOS);
+            CU_ASSERT_EQUAL(ol[1], 3);
+        }
+    }
+    /* a struct that ends before finish: the field is not read */
+    {
+        finish_ctx f = {.finish = flags, .target = 1, .at_step = 1};
+        lh_generate_params p = defaults(e);
+        p.on_step = finish_step;
+        p.on_step_user = &f;
+        p.finish = flags;
+        p.struct_size = (uint32_t)offsetof(lh_generate_params, finish);
+        CU_ASSERT_EQUAL_FATAL(gen(e, &p, pr, lens, 3, out, ol, why, &err), LH_OK);
+        CU_ASSERT_EQUAL(ol[1], N_NEW);
+        CU_ASSERT_EQUAL(why[1], LH_STOP_LENGTH);
+    }
+    lh_engine_close(e);
+}
+
 /* repetition penalty with greedy: deterministic, and it changes the output of a model whose
  * greedy continuation repeats tokens */
 static void test_repetition_penalty_greedy(void)
@@ -651,6 +747,7 @@ static CU_TestInfo tests[] = {
     {"a stop token ends its sequence, the others continue", test_stop_token},
     {"bad parameters are usage errors naming them", test_bad_params},
     {"the per-step callback: reports, stops, older struct sizes", test_step_callback},
+    {"the callback ends single sequences through params.finish", test_finish_flags},
     {"repetition penalty under greedy", test_repetition_penalty_greedy},
     {"generation_config.json parsing", test_genconfig_parse},
     {"generation_config.json through the engine", test_genconfig_engine},

@@ -235,6 +235,40 @@ static void test_exactness(void)
     CU_ASSERT(g_cases > 400);
 }
 
+/* ---- whitespace the regex engines could disagree on ------------------------------------------ */
+
+/* NEL (U+0085) and NBSP (U+00A0): Oniguruma (what `tokenizers` uses) and PCRE2 with UCP differ
+ * on what \s covers at the edges; the expected ids were computed with tokenizers 0.23.3. */
+static void test_unusual_whitespace(void)
+{
+    static const struct {
+        const char *file, *text;
+        int32_t ids[8];
+        size_t n;
+    } cases[] = {
+        {"bpe_gpt2.json", "a \xC2\x85" "b", {265, 222, 128, 229, 67}, 5},
+        {"bpe_gpt2.json", "x\xC2\x85\xC2\x85 y", {533, 128, 229, 128, 229, 355}, 6},
+        {"bpe_gpt2.json", "a\xC2\xA0 b", {265, 128, 256, 396}, 4},
+        {"bpe_llama3.json", "a \xC2\x85" "b", {66, 222, 128, 229, 67}, 5},
+        {"bpe_llama3.json", "x\xC2\x85\xC2\x85 y", {89, 128, 229, 128, 229, 355}, 6},
+        {"sp_llama2.json", "x\xC2\x85\xC2\x85 y", {377, 334, 197, 136, 197, 136, 377, 335}, 8},
+        {"sp_llama2.json", "a\xC2\xA0 b", {385, 197, 163, 499}, 4},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        lh_err err = {0};
+        lh_tokenizer *t;
+        CU_ASSERT_EQUAL_FATAL(lh_tokenizer_load(fixture_path(cases[c].file), &t, &err), LH_OK);
+        int32_t *ids;
+        size_t n;
+        CU_ASSERT_EQUAL(lh_tokenizer_encode(t, cases[c].text, strlen(cases[c].text), false, &ids,
+                                            &n, &err), LH_OK);
+        CU_ASSERT_EQUAL(n, cases[c].n);
+        CU_ASSERT(n == cases[c].n && memcmp(ids, cases[c].ids, n * sizeof *ids) == 0);
+        free(ids);
+        lh_tokenizer_free(t);
+    }
+}
+
 /* ---- streaming details ----------------------------------------------------------------------- */
 
 static void test_stream_holds_incomplete_utf8(void)
@@ -261,9 +295,39 @@ static void test_stream_holds_incomplete_utf8(void)
     CU_ASSERT_EQUAL(lh_detok_stream_finish(s, &chunk, &len, &err), LH_OK);
     CU_ASSERT_STRING_EQUAL(chunk, "\xEF\xBF\xBD"); /* the lone byte, replaced */
     free(chunk);
-    /* a bad id is an error and is not kept */
-    CU_ASSERT_EQUAL(lh_detok_stream_step(s, 1 << 30, &chunk, &len, &err), LH_E_USAGE);
+    /* an id without a token is skipped (as `tokenizers` does); a negative id is an error and
+     * is not kept */
+    CU_ASSERT_EQUAL(lh_detok_stream_step(s, 1 << 30, &chunk, &len, &err), LH_OK);
+    CU_ASSERT_STRING_EQUAL(chunk, "");
+    free(chunk);
+    CU_ASSERT_EQUAL(lh_detok_stream_step(s, -3, &chunk, &len, &err), LH_E_USAGE);
     CU_ASSERT_PTR_NULL(chunk);
+    lh_detok_stream_free(s);
+
+    /* a byte-fallback group that turns invalid after part of it streamed ("é" = C3 A9 sent,
+     * then E2 and a word): the whole group would decode to U+FFFD, rewriting "é"; the stream
+     * keeps what it sent and goes on with the rest decoded as a new segment, never failing */
+    CU_ASSERT_EQUAL_FATAL(lh_detok_stream_create(t, false, &s, &err), LH_OK);
+    int32_t *word;
+    size_t n_word;
+    CU_ASSERT_EQUAL_FATAL(lh_tokenizer_encode(t, "the", 3, false, &word, &n_word, &err), LH_OK);
+    CU_ASSERT_FATAL(n_word >= 1);
+    const int32_t grp[4] = {lh_tokenizer_token_to_id(t, "<0xC3>"),
+                            lh_tokenizer_token_to_id(t, "<0xA9>"),
+                            lh_tokenizer_token_to_id(t, "<0xE2>"), word[0]};
+    free(word);
+    CU_ASSERT_FATAL(grp[0] >= 0 && grp[1] >= 0 && grp[2] >= 0);
+    char streamed[64] = "";
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_EQUAL_FATAL(lh_detok_stream_step(s, grp[i], &chunk, &len, &err), LH_OK);
+        strncat(streamed, chunk, sizeof streamed - strlen(streamed) - 1);
+        free(chunk);
+    }
+    CU_ASSERT_EQUAL(lh_detok_stream_finish(s, &chunk, &len, &err), LH_OK);
+    strncat(streamed, chunk, sizeof streamed - strlen(streamed) - 1);
+    free(chunk);
+    CU_ASSERT_EQUAL(strncmp(streamed, "\xC3\xA9", 2), 0);         /* "é" stayed */
+    CU_ASSERT_PTR_NOT_NULL(strstr(streamed, "\xEF\xBF\xBD"));    /* the lone E2 */
     lh_detok_stream_free(s);
 
     /* byte-level: the bytes of one emoji split over tokens */
@@ -309,9 +373,18 @@ static void test_lookup(void)
     CHECK_MSG(err, "byte 2");
     char *out;
     size_t len;
+    /* an id without a token is skipped, as `tokenizers` does; a negative one is refused */
     int32_t bad[2] = {a, 99999};
+    char *one;
+    size_t one_len;
+    CU_ASSERT_EQUAL(lh_tokenizer_decode(t, bad, 2, false, &out, &len, &err), LH_OK);
+    CU_ASSERT_EQUAL(lh_tokenizer_decode(t, bad, 1, false, &one, &one_len, &err), LH_OK);
+    CU_ASSERT(out && one && len == one_len && memcmp(out, one, len) == 0);
+    free(out);
+    free(one);
+    bad[1] = -1;
     CU_ASSERT_EQUAL(lh_tokenizer_decode(t, bad, 2, false, &out, &len, &err), LH_E_USAGE);
-    CHECK_MSG(err, "99999");
+    CHECK_MSG(err, "negative");
     CU_ASSERT_PTR_NULL(out);
     /* empty text, empty ids */
     CU_ASSERT_EQUAL(lh_tokenizer_encode(t, "", 0, false, &ids, &n, &err), LH_OK);
@@ -560,6 +633,7 @@ int main(int argc, char **argv)
         {"streaming holds incomplete UTF-8", test_stream_holds_incomplete_utf8},
         {"lookup, bad text, bad ids", test_lookup},
         {"long inputs", test_long_inputs},
+        {"NEL and NBSP as tokenizers splits them", test_unusual_whitespace},
         CU_TEST_INFO_NULL,
     };
     static CU_TestInfo bad[] = {
