@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs test_convert_gguf.py for `meson test` and prints `LH-TEST-SUMMARY passed= failed=
+"""Runs test_convert_gguf.py (or the module named by argv[1]) for `meson test` and prints `LH-TEST-SUMMARY passed= failed=
 skipped=` (tools/test_summary.py adds it up).
 
 The converter needs numpy and safetensors (tools/default_model/requirements.txt). `make test`
@@ -37,8 +37,9 @@ def main():
         print("LH-TEST-SUMMARY passed=0 failed=0 skipped=1")
         return 0
     sys.path.insert(0, HERE)
-    import test_convert_gguf  # noqa: E402
-    suite = unittest.defaultTestLoader.loadTestsFromModule(test_convert_gguf)
+    name = sys.argv[1] if len(sys.argv) > 1 else "test_convert_gguf"
+    module = importlib.import_module(name)
+    suite = unittest.defaultTestLoader.loadTestsFromModule(module)
     r = unittest.TextTestRunner(verbosity=2).run(suite)
     failed = len({t.id() for t, _ in r.failures + r.errors})
     skipped = len(r.skipped)
