@@ -3,9 +3,10 @@
  * Exactness: every case of tests/fixtures/chat/cases.json (written by
  * tools/gen_chat_fixtures.py from transformers' apply_chat_template / render_jinja_template)
  * renders byte for byte the same, or raises the same raise_exception message: SmolLM2's
- * official template (also opened from its tokenizer_config.json), reconstructions of the
- * Qwen2.5 (tools branch), Llama 3.1 (tools, date_string, builtin_tools), Mistral and Llama 2
- * templates, and a template exercising the whole supported subset.
+ * official template (also opened from its tokenizer_config.json), the official templates of
+ * Qwen2.5-0.5B-Instruct (tools branch), Llama-3.1-8B-Instruct (tools, date_string,
+ * builtin_tools), Mistral-7B-Instruct-v0.1 (optional system message) and Llama-2-7b-chat-hf,
+ * and a template exercising the whole supported subset.
  *
  * Errors: syntax errors (LH_E_CONFIG with line:col), unsupported constructs and unknown
  * filters/tests/functions/methods (LH_E_UNSUPPORTED, named, with line:col), runtime type errors,
