@@ -21,8 +21,9 @@ static lh_status check_params(lh_kctx *ctx, const char *fn, const lh_sampling_pa
     if (p->top_k < 0)
         return lh_kerr(ctx, LH_E_USAGE, "%s: top_k = %" PRId64 " must be >= 0 (0: off)", fn,
                        p->top_k);
-    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-        return lh_kerr(ctx, LH_E_USAGE, "%s: top_p = %g is outside (0, 1] (1: off)", fn,
+    /* transformers' range: 0 keeps only the most likely token */
+    if (!(p->top_p >= 0.0f && p->top_p <= 1.0f))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: top_p = %g is outside [0, 1] (1: off)", fn,
                        (double)p->top_p);
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
         return lh_kerr(ctx, LH_E_USAGE, "%s: min_p = %g is outside [0, 1] (0: off)", fn,

@@ -332,12 +332,12 @@ typedef struct lh_sampling_params {
     uint32_t struct_size;     /* sizeof(lh_sampling_params) */
     float temperature;        /* >= 0, finite; 0: greedy */
     int64_t top_k;            /* >= 0; 0: off */
-    float top_p;              /* (0, 1]; 1: off */
+    float top_p;              /* [0, 1]; 1: off; 0: only the most likely token */
     float min_p;              /* [0, 1]; 0: off */
     float repetition_penalty; /* > 0, finite; 1: off */
 } lh_sampling_params;
 
-/* Checks params; LH_E_USAGE naming the parameter ("top_p = 1.5 is outside (0, 1]"). With
+/* Checks params; LH_E_USAGE naming the parameter ("top_p = 1.5 is outside [0, 1]"). With
  * ctx == NULL the message is read with lh_k_last_error(NULL). */
 LH_EXPORT lh_status lh_k_sampling_check(lh_kctx *ctx, const lh_sampling_params *params);
 

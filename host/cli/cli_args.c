@@ -250,7 +250,7 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
             break;
         case OPT_TOP_P:
             a->top_p_given = true;
-            rc = parse_double(a->command, "--top-p", optarg, 0, true, 1, "a number in (0, 1]",
+            rc = parse_double(a->command, "--top-p", optarg, 0, false, 1, "a number in [0, 1]",
                               &a->top_p);
             break;
         case OPT_MIN_P:

@@ -96,7 +96,7 @@ static const char run_help[] =
     "transformers' generate() includes the eos token); the other prompts continue.\n"
     "--temperature T   T > 0 samples (T scales the logits); 0 is greedy\n"
     "--top-k K         keep the K most likely tokens (ties with the K-th all kept); 0: off\n"
-    "--top-p P         nucleus: keep the smallest most-likely set with mass >= P, in (0, 1]\n"
+    "--top-p P         nucleus: keep the smallest most-likely set with mass >= P, in [0, 1]\n"
     "--min-p P         keep tokens with probability >= P x the largest, in [0, 1]\n"
     "                  (--temperature > 0, --top-k, --top-p and --min-p turn sampling on,\n"
     "                  --temperature 0 turns it off)\n"

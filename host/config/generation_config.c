@@ -90,7 +90,7 @@ static lh_status parse_fields(const json_t *root, const char *src, lh_generation
     if ((st = get_number(root, src, "temperature", 0, false, HUGE_VAL, "a finite number >= 0",
                          &g->temperature, err)))
         return st;
-    if ((st = get_number(root, src, "top_p", 0, true, 1, "in (0, 1]", &g->top_p, err)))
+    if ((st = get_number(root, src, "top_p", 0, false, 1, "in [0, 1]", &g->top_p, err)))
         return st;
     if ((st = get_number(root, src, "min_p", 0, false, 1, "in [0, 1]", &g->min_p, err)))
         return st;

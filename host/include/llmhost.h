@@ -176,7 +176,7 @@ typedef struct lh_generate_params {
     bool do_sample;
     float temperature;          /* >= 0, finite */
     int64_t top_k;              /* >= 0; 0: off */
-    float top_p;                /* (0, 1]; 1: off */
+    float top_p;                /* [0, 1]; 1: off; 0: only the most likely token */
     float min_p;                /* [0, 1]; 0: off */
     float repetition_penalty;   /* > 0, finite; 1: off */
     uint64_t seed;

@@ -1326,7 +1326,7 @@ class TestSampling(CliTestCase):
         model = os.path.join(MODELS, self.MODEL)
         for flag, value in (("--temperature", "-1"), ("--temperature", "nan"),
                             ("--temperature", "hot"), ("--temperature", "inf"),
-                            ("--top-k", "-1"), ("--top-k", "2.5"), ("--top-p", "0"),
+                            ("--top-k", "-1"), ("--top-k", "2.5"), ("--top-p", "-0.1"),
                             ("--top-p", "1.5"), ("--min-p", "-0.1"), ("--min-p", "2"),
                             ("--repetition-penalty", "0"), ("--repetition-penalty", "-1"),
                             ("--seed", "-1"), ("--seed", "x"), ("--seed", "18446744073709551616"),

@@ -220,7 +220,7 @@ static void test_top_k_ties_kept(void)
 
 static void test_top_p(void)
 {
-    const float ps[] = {0.05f, 0.3f, 0.5f, 0.9f, 0.99f, 1.0f};
+    const float ps[] = {0.0f, 0.05f, 0.3f, 0.5f, 0.9f, 0.99f, 1.0f}; /* 0: the top token only */
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
         check_against_ref(params(1.0f, 0, ps[i], 0.0f, 1.0f), false, 100 + i);
         check_against_ref(params(1.0f, 0, ps[i], 0.0f, 1.0f), true, 200 + i);
@@ -301,7 +301,7 @@ static void test_bad_params(void)
     expect_usage(ctx, params(NAN, 0, 1, 0, 1), "temperature");
     expect_usage(ctx, params(INFINITY, 0, 1, 0, 1), "temperature");
     expect_usage(ctx, params(1, -1, 1, 0, 1), "top_k");
-    expect_usage(ctx, params(1, 0, 0.0f, 0, 1), "top_p");
+    expect_usage(ctx, params(1, 0, -0.01f, 0, 1), "top_p");
     expect_usage(ctx, params(1, 0, 1.01f, 0, 1), "top_p");
     expect_usage(ctx, params(1, 0, NAN, 0, 1), "top_p");
     expect_usage(ctx, params(1, 0, 1, -0.01f, 1), "min_p");

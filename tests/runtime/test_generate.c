@@ -271,7 +271,7 @@ static void test_bad_params(void)
         float f;
         const char *needle;
     } cases[] = {{0, -1.0f, "temperature"}, {0, NAN, "temperature"}, {1, 1.5f, "top_p"},
-                 {1, 0.0f, "top_p"},        {2, -0.5f, "min_p"},    {3, 0.0f, "repetition_penalty"},
+                 {1, -0.1f, "top_p"},       {2, -0.5f, "min_p"},    {3, 0.0f, "repetition_penalty"},
                  {4, -1.0f, "top_k"},       {5, -1.0f, "max_new_tokens"},
                  {6, -1.0f, "stop_ids"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -572,7 +572,7 @@ static void test_genconfig_parse(void)
         {"{\"temperature\": \"hot\"}", "temperature must be a number"},
         {"{\"temperature\": -1}", "temperature=-1"},
         {"{\"top_p\": 1.5}", "top_p=1.5"},
-        {"{\"top_p\": 0}", "top_p=0"},
+        {"{\"top_p\": -0.5}", "top_p=-0.5"},
         {"{\"min_p\": 2}", "min_p=2"},
         {"{\"repetition_penalty\": 0}", "repetition_penalty=0"},
         {"{\"top_k\": -2}", "top_k=-2"},
