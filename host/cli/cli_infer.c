@@ -579,6 +579,8 @@ static int print_text_results(const lh_cli_args *a, const lh_tokenizer *tok, run
             gs.prefill_seconds > 0 ? (double)gs.prefill_tokens / gs.prefill_seconds : 0.0,
             "decode_tokens", (json_int_t)gs.decode_tokens, "decode_tokens_per_second",
             gs.decode_seconds > 0 ? (double)gs.decode_tokens / gs.decode_seconds : 0.0);
+        if (!tim)
+            json_decref(outs); /* json_pack steals outs only when it runs */
         json_t *j = tim ? json_pack("{s:o,s:o}", "outputs", outs, "timings", tim) : NULL;
         outs = NULL;
         char *dump = j ? json_dumps(j, 0) : NULL;
@@ -758,8 +760,12 @@ int lh_cli_run(const lh_cli_args *a)
         gp.on_step = run_on_step;
         gp.on_step_user = &rs;
         /* Ctrl-C stops the generation cleanly (run_on_step reads the flag) */
-        struct sigaction sa = {.sa_handler = on_sigint}, old_sa;
+        /* SA_RESTART: a Ctrl-C during a write to stdout must not make it fail (the text
+         * produced so far is printed); SA_RESETHAND: a second Ctrl-C ends the process */
+        struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART | SA_RESETHAND},
+                         old_sa;
         sigemptyset(&sa.sa_mask);
+        g_interrupted = 0;
         sigaction(SIGINT, &sa, &old_sa);
         t_gen = now_seconds();
         if (lh_engine_generate(e, &gp, (const int32_t *const *)ids, lens, (int64_t)n_prompts,
@@ -806,6 +812,13 @@ int lh_cli_run(const lh_cli_args *a)
     bool interrupted = false;
     for (size_t s = 0; rc == 0 && s < n_prompts; s++)
         interrupted = interrupted || stopped[s] == LH_STOP_CANCELLED;
+    if (rc == 0 && g_interrupted) /* Ctrl-C at the last step still counts as interrupted */
+        interrupted = true;
+    fflush(stdout);
+    if (rc == 0 && ferror(stdout)) {
+        fprintf(stderr, "llmhost: error [io-error]: writing the output to stdout failed\n");
+        rc = LH_E_IO;
+    }
     if (rc == 0 && interrupted) {
         fprintf(stderr, "llmhost run: interrupted\n");
         rc = 130;

@@ -59,7 +59,7 @@ const char lh_cli_exit_status_text[] =
     "   6 load failure        7 not a plugin          8 ABI mismatch\n"
     "   9 insecure file      10 init failure         11 index drift\n"
     "  12 index parse error  13 I/O error            14 unsupported\n"
-    "  15 out of memory\n";
+    "  15 out of memory     130 interrupted (run: Ctrl-C; what was produced is printed)\n";
 
 int main(int argc, char **argv)
 {

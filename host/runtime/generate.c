@@ -262,7 +262,8 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
         if (st != LH_OK)
             return st;
         /* refuse up front what would fail max_new steps later */
-        if (lens[s] + max_new - (max_new > 0) > d->max_seq_len)
+        /* compared without forming lens + max_new, which could overflow */
+        if (max_new - (max_new > 0) > d->max_seq_len - lens[s])
             return lh_err_set(err, LH_E_USAGE, "generate: sequence %lld needs %lld tokens (prompt "
                               "%lld + %lld new), more than max_seq_len %lld (raise --max-seq-len "
                               "or lower -n)", (long long)s,
