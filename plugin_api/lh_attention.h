@@ -21,11 +21,29 @@
 #include "lh_tensor.h"
 #include "lh_types.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct lh_kctx lh_kctx;
+
+/* Writes a printf-style message into the err buffer of an attention call (err may be NULL or
+ * n 0) and returns code: `return lh_attn_fail(err, n, LH_E_USAGE, "...", ...);`. */
+static inline lh_status lh_attn_fail(char *err, size_t n, lh_status code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static inline lh_status lh_attn_fail(char *err, size_t n, lh_status code, const char *fmt, ...)
+{
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
 
 /* Geometry of one attention layer (constant for its lifetime). */
 typedef struct lh_attn_geometry {

@@ -167,6 +167,7 @@ static lh_status decide(const lh_run_config *rc, const lh_model_config *cfg,
                         lh_attn_choice *out, lh_err *err)
 {
     out->max_seq_len = lh_run_max_seq_len(rc, &cfg->geo);
+    json_object_set_new(out->trace, "max_seq_len", json_integer(out->max_seq_len));
     decide_rope(rc, out);
     decide_chunked(cfg, out);
     decide_sparse(rc, out);

@@ -320,22 +320,17 @@ int lh_cli_bench(const lh_cli_args *a)
                          max_ctx, (long long)steps, (long long)need, (long long)user_seq,
                          seq_origin);
     if (rc == 0 && !seq_given) {
-        /* the model's own length: what an engine without a max_seq_len setting allows (opened
-         * with one sequence, so that a default-sized KV pool stays small; nothing runs on it) */
-        snprintf(batch_kv, sizeof batch_kv, "max-batch-size=1");
-        ov[n_ov] = batch_kv;
-        if (open_engine(h, a, ov, &e, &err) != LH_OK) {
-            rc = report(&err);
-        } else {
-            int64_t limit = lh_engine_max_seq_len(e);
-            lh_engine_close(e);
-            e = NULL;
-            if (need > limit)
-                rc = usage_error("--context %ld with -n %lld needs %lld tokens per sequence "
-                                 "(context + STEPS - 1), more than the model's own max_seq_len "
-                                 "%lld (from its config.json; --max-seq-len N overrides it)",
-                                 max_ctx, (long long)steps, (long long)need,
-                                 (long long)limit);
+        /* the model's own length, as explain resolved it without a max_seq_len setting */
+        const json_int_t limit =
+            json_integer_value(json_object_get(json_object_get(plan, "attention"), "max_seq_len"));
+        if (limit <= 0) {
+            fprintf(stderr, "llmhost: error [internal]: bench: explain gave no max_seq_len\n");
+            rc = LH_E_INTERNAL;
+        } else if (need > limit) {
+            rc = usage_error("--context %ld with -n %lld needs %lld tokens per sequence "
+                             "(context + STEPS - 1), more than the model's own max_seq_len "
+                             "%lld (from its config.json; --max-seq-len N overrides it)",
+                             max_ctx, (long long)steps, (long long)need, (long long)limit);
         }
         ov[n_ov] = NULL;
         if (rc == 0) {

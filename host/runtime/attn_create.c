@@ -3,24 +3,9 @@
  * refused here, at construction, never discovered mid-generation. */
 #include "attn_create.h"
 
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-
-static lh_status fail(char *err, size_t n, lh_status code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static lh_status fail(char *err, size_t n, lh_status code, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 static lh_dtype kv_or_f32(lh_dtype dt)
 {
@@ -33,14 +18,15 @@ lh_status lh_create_attention(const lh_attn_backend_provider *p, const lh_attn_g
     if (out)
         *out = NULL;
     if (!p || !gin || !out || !p->name)
-        return fail(err, n, LH_E_USAGE, "create_attention: NULL argument");
+        return lh_attn_fail(err, n, LH_E_USAGE, "create_attention: NULL argument");
     /* a geometry from an older plugin: the fields it lacks are zero (= not asked for) */
     lh_attn_geometry g;
     memset(&g, 0, sizeof g);
     size_t have = gin->struct_size < sizeof g ? gin->struct_size : sizeof g;
     if (have < offsetof(lh_attn_geometry, scale) + sizeof g.scale)
-        return fail(err, n, LH_E_USAGE, "create_attention: geometry struct_size %u is too small",
-                    gin->struct_size);
+        return lh_attn_fail(err, n, LH_E_USAGE,
+                            "create_attention: geometry struct_size %u is too small",
+                            gin->struct_size);
     memcpy(&g, gin, have);
     g.struct_size = sizeof g;
     if (g.num_kv_heads == 0) /* absent num_key_value_heads: multi-head attention */
@@ -62,9 +48,10 @@ lh_status lh_create_attention(const lh_attn_backend_provider *p, const lh_attn_g
     };
     for (size_t i = 0; i < sizeof needs / sizeof *needs; i++)
         if (needs[i].asked && !(p->capabilities & needs[i].bit))
-            return fail(err, n, LH_E_UNSUPPORTED, "attention backend '%s' does not support %s, "
-                        "which layer %lld asks for", p->name, needs[i].what,
-                        (long long)g.layer_index);
+            return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+                                "attention backend '%s' does not support %s, which layer %lld asks "
+                                "for", p->name, needs[i].what,
+                                (long long)g.layer_index);
     if (g.mla) {
         const struct {
             const char *field;
@@ -79,19 +66,20 @@ lh_status lh_create_attention(const lh_attn_backend_provider *p, const lh_attn_g
         };
         for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
             if (!dims[i].ok)
-                return fail(err, n, LH_E_CONFIG, "attention layer %lld (MLA): %s=%lld must be "
-                            "%s", (long long)g.layer_index, dims[i].field, (long long)dims[i].v,
-                            strcmp(dims[i].field, "qk_rope_head_dim") == 0
-                                ? ">= 0"
-                                : strcmp(dims[i].field, "q_lora_rank") == 0
-                                      ? "> 0 when present (absent or null: queries are not "
-                                        "compressed)"
-                                      : "> 0");
+                return lh_attn_fail(err, n, LH_E_CONFIG,
+                                    "attention layer %lld (MLA): %s=%lld must be %s",
+                                    (long long)g.layer_index, dims[i].field, (long long)dims[i].v,
+                                    strcmp(dims[i].field, "qk_rope_head_dim") == 0
+                                    ? ">= 0"
+                                    : strcmp(dims[i].field, "q_lora_rank") == 0
+                                    ? "> 0 when present (absent or null: queries are not "
+                                    "compressed)"
+                                    : "> 0");
     }
     if (p->struct_size < offsetof(lh_attn_backend_provider, ops) + sizeof p->ops || !p->ops ||
         p->ops->struct_size < offsetof(lh_attn_ops, destroy) + sizeof p->ops->destroy ||
         !p->ops->create || !p->ops->forward || !p->ops->destroy)
-        return fail(err, n, LH_E_UNSUPPORTED, "attention backend '%s' has no forward "
-                    "implementation (it is only described)", p->name);
+        return lh_attn_fail(err, n, LH_E_UNSUPPORTED, "attention backend '%s' has no forward "
+                            "implementation (it is only described)", p->name);
     return p->ops->create(&g, out, err, n);
 }

@@ -14,7 +14,6 @@
 #include "lh_kernels.h"
 #include "lh_plugin.h"
 
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,18 +23,6 @@ struct lh_attn_layer {
     lh_attn_geometry g;
     int64_t *kv_len; /* [max_seqs]: tokens each sequence of the step holds after it */
 };
-
-static lh_status fail(char *err, size_t n, lh_status code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static lh_status fail(char *err, size_t n, lh_status code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 static void destroy(lh_attn_layer *l)
 {
@@ -50,28 +37,28 @@ static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *er
     *out = NULL;
     /* everything this backend reads is in the ABI 2 geometry */
     if (g->struct_size < offsetof(lh_attn_geometry, fused_rope) + sizeof g->fused_rope)
-        return fail(err, n, LH_E_USAGE, "paged: the host's attention geometry (%u bytes) "
-                    "predates the paged KV cache contract", g->struct_size);
+        return lh_attn_fail(err, n, LH_E_USAGE, "paged: the host's attention geometry (%u bytes) "
+                            "predates the paged KV cache contract", g->struct_size);
     if (g->num_heads <= 0 || g->num_kv_heads <= 0 || g->head_dim <= 0 ||
         g->num_heads % g->num_kv_heads != 0 || g->max_seq_len <= 0 || g->max_seqs <= 0 ||
         g->attention_chunk_size < 0 || g->sparse_top_k < 0 || g->sparse_local_blocks < 0 ||
         (g->sparse_top_k > 0 && g->sparse_local_blocks < 1))
-        return fail(err, n, LH_E_USAGE,
-                    "paged: layer %lld: invalid geometry (heads %lld, kv heads %lld, head_dim "
-                    "%lld, max_seq_len %lld, max_seqs %lld, chunk %lld, sparse top_k %lld / "
-                    "local %lld)",
-                    (long long)g->layer_index, (long long)g->num_heads,
-                    (long long)g->num_kv_heads, (long long)g->head_dim,
-                    (long long)g->max_seq_len, (long long)g->max_seqs,
-                    (long long)g->attention_chunk_size, (long long)g->sparse_top_k,
-                    (long long)g->sparse_local_blocks);
+        return lh_attn_fail(err, n, LH_E_USAGE,
+                            "paged: layer %lld: invalid geometry (heads %lld, kv heads %lld, "
+                            "head_dim %lld, max_seq_len %lld, max_seqs %lld, chunk %lld, sparse "
+                            "top_k %lld / local %lld)",
+                            (long long)g->layer_index, (long long)g->num_heads,
+                            (long long)g->num_kv_heads, (long long)g->head_dim,
+                            (long long)g->max_seq_len, (long long)g->max_seqs,
+                            (long long)g->attention_chunk_size, (long long)g->sparse_top_k,
+                            (long long)g->sparse_local_blocks);
     lh_attn_layer *l = calloc(1, sizeof *l);
     if (l)
         l->kv_len = calloc((size_t)g->max_seqs, sizeof *l->kv_len);
     if (!l || !l->kv_len) {
         destroy(l);
-        return fail(err, n, LH_E_NOMEM, "paged: out of memory creating layer %lld",
-                    (long long)g->layer_index);
+        return lh_attn_fail(err, n, LH_E_NOMEM, "paged: out of memory creating layer %lld",
+                            (long long)g->layer_index);
     }
     l->g = *g;
     *out = l;
@@ -82,18 +69,20 @@ static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, char *err, 
 {
     if (step->struct_size < offsetof(lh_attn_step, n_blocks) + sizeof step->n_blocks ||
         !step->block_tables || !step->n_blocks)
-        return fail(err, n, LH_E_USAGE, "paged: layer %lld: the step carries no KV block "
-                    "tables (the host must manage the paged KV cache)",
-                    (long long)l->g.layer_index);
+        return lh_attn_fail(err, n, LH_E_USAGE, "paged: layer %lld: the step carries no KV block "
+                            "tables (the host must manage the paged KV cache)",
+                            (long long)l->g.layer_index);
     if (step->n_seqs < 0 || step->n_seqs > l->g.max_seqs)
-        return fail(err, n, LH_E_USAGE, "paged: a step of %lld sequences, but max_seqs is %lld",
-                    (long long)step->n_seqs, (long long)l->g.max_seqs);
+        return lh_attn_fail(err, n, LH_E_USAGE,
+                            "paged: a step of %lld sequences, but max_seqs is %lld",
+                            (long long)step->n_seqs, (long long)l->g.max_seqs);
     for (int64_t s = 0; s < step->n_seqs; s++) {
         if (step->ctx_len[s] < 0 || step->n_new[s] < 0 || step->ctx_len[s] > l->g.max_seq_len ||
             step->n_new[s] > l->g.max_seq_len - step->ctx_len[s])
-            return fail(err, n, LH_E_USAGE, "paged: sequence %lld: %lld cached + %lld new tokens "
-                        "(max_seq_len %lld)", (long long)s, (long long)step->ctx_len[s],
-                        (long long)step->n_new[s], (long long)l->g.max_seq_len);
+            return lh_attn_fail(err, n, LH_E_USAGE,
+                                "paged: sequence %lld: %lld cached + %lld new tokens (max_seq_len "
+                                "%lld)", (long long)s, (long long)step->ctx_len[s],
+                                (long long)step->n_new[s], (long long)l->g.max_seq_len);
         l->kv_len[s] = step->ctx_len[s] + step->n_new[s]; /* the kernels check the tables */
     }
     return LH_OK;
@@ -105,11 +94,12 @@ static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *st
 {
     if (!args || args->struct_size < offsetof(lh_attn_forward_args, rope) + sizeof args->rope ||
         !args->kv)
-        return fail(err, n, LH_E_USAGE, "paged: layer %lld: forward without the layer's KV "
-                    "blocks", (long long)l->g.layer_index);
+        return lh_attn_fail(err, n, LH_E_USAGE, "paged: layer %lld: forward without the layer's KV "
+                            "blocks", (long long)l->g.layer_index);
     if (l->g.fused_rope && !args->rope)
-        return fail(err, n, LH_E_USAGE, "paged: layer %lld: fused RoPE without a RoPE table",
-                    (long long)l->g.layer_index);
+        return lh_attn_fail(err, n, LH_E_USAGE,
+                            "paged: layer %lld: fused RoPE without a RoPE table",
+                            (long long)l->g.layer_index);
     const lh_rope *rope = l->g.fused_rope ? args->rope : NULL;
     const lh_paged_batch b = {.struct_size = sizeof b, .n_seqs = step->n_seqs,
                               .token_start = step->token_start, .n_new = step->n_new,
@@ -124,8 +114,8 @@ static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *st
     if (st == LH_OK)
         st = lh_k_paged_attention_batch(kctx, q, args->kv, &b, &prm, out);
     if (st != LH_OK)
-        return fail(err, n, st, "paged: layer %lld: %s", (long long)l->g.layer_index,
-                    lh_k_last_error(kctx));
+        return lh_attn_fail(err, n, st, "paged: layer %lld: %s", (long long)l->g.layer_index,
+                            lh_k_last_error(kctx));
     return LH_OK;
 }
 

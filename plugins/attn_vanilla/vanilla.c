@@ -6,7 +6,6 @@
 #include "lh_kernels.h"
 #include "lh_plugin.h"
 
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,53 +22,43 @@ struct lh_attn_layer {
     slot_cache *slots; /* [max_seqs] */
 };
 
-static lh_status fail(char *err, size_t n, lh_status code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static lh_status fail(char *err, size_t n, lh_status code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *err, size_t n)
 {
     *out = NULL;
     if (g->num_heads <= 0 || g->num_kv_heads <= 0 || g->head_dim <= 0 ||
         g->num_heads % g->num_kv_heads != 0 || g->max_seq_len <= 0 || g->max_seqs <= 0)
-        return fail(err, n, LH_E_USAGE,
-                    "vanilla: layer %lld: invalid geometry (heads %lld, kv heads %lld, head_dim "
-                    "%lld, max_seq_len %lld, max_seqs %lld)",
-                    (long long)g->layer_index, (long long)g->num_heads,
-                    (long long)g->num_kv_heads, (long long)g->head_dim,
-                    (long long)g->max_seq_len, (long long)g->max_seqs);
+        return lh_attn_fail(err, n, LH_E_USAGE,
+                            "vanilla: layer %lld: invalid geometry (heads %lld, kv heads %lld, "
+                            "head_dim %lld, max_seq_len %lld, max_seqs %lld)",
+                            (long long)g->layer_index, (long long)g->num_heads,
+                            (long long)g->num_kv_heads, (long long)g->head_dim,
+                            (long long)g->max_seq_len, (long long)g->max_seqs);
     /* the oracle keeps its cache in f32, contiguously: it honours no other KV setting */
     bool has_kv = g->struct_size >= offsetof(lh_attn_geometry, kv_max_tokens) +
                                         sizeof g->kv_max_tokens;
     if (has_kv && g->kv_dtype != LH_DTYPE_F32 && g->kv_dtype != LH_DTYPE_INVALID)
-        return fail(err, n, LH_E_UNSUPPORTED,
-                    "vanilla: kv_cache.dtype other than float32 is not supported (the reference "
-                    "backend keeps its cache in f32); use the paged backend");
+        return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+                            "vanilla: kv_cache.dtype other than float32 is not supported (the "
+                            "reference backend keeps its cache in f32); use the paged backend");
     /* ABI 2 fields: what the host never asks of a backend without the capability */
     if (g->struct_size >= offsetof(lh_attn_geometry, fused_rope) + sizeof g->fused_rope) {
         if (g->kv_v_dtype != LH_DTYPE_F32 && g->kv_v_dtype != LH_DTYPE_INVALID)
-            return fail(err, n, LH_E_UNSUPPORTED, "vanilla: kv_cache.v_dtype other than float32 "
-                        "is not supported; use the paged backend");
+            return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+                                "vanilla: kv_cache.v_dtype other than float32 is not supported; "
+                                "use the paged backend");
         if (g->sparse_top_k || g->sparse_local_blocks || g->fused_rope)
-            return fail(err, n, LH_E_UNSUPPORTED, "vanilla: %s is not supported (the reference "
-                        "backend attends densely to RoPE-rotated inputs)",
-                        g->fused_rope ? "fused RoPE" : "sparse attention");
+            return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+                                "vanilla: %s is not supported (the reference backend attends "
+                                "densely to RoPE-rotated inputs)",
+                                g->fused_rope ? "fused RoPE" : "sparse attention");
     }
     lh_attn_layer *l = calloc(1, sizeof *l);
     if (l)
         l->slots = calloc((size_t)g->max_seqs, sizeof *l->slots);
     if (!l || !l->slots) {
         free(l);
-        return fail(err, n, LH_E_NOMEM, "vanilla: out of memory creating layer %lld",
-                    (long long)g->layer_index);
+        return lh_attn_fail(err, n, LH_E_NOMEM, "vanilla: out of memory creating layer %lld",
+                            (long long)g->layer_index);
     }
     l->g = *g;
     *out = l;
@@ -93,9 +82,9 @@ static lh_status reserve(lh_attn_layer *l, slot_cache *c, int64_t tokens, char *
     if (v)
         c->v = v;
     if (!k || !v)
-        return fail(err, n, LH_E_NOMEM, "vanilla: layer %lld: out of memory growing the KV "
-                    "cache to %lld tokens (%zu bytes)", (long long)l->g.layer_index,
-                    (long long)cap, 2 * (size_t)cap * row);
+        return lh_attn_fail(err, n, LH_E_NOMEM, "vanilla: layer %lld: out of memory growing the KV "
+                            "cache to %lld tokens (%zu bytes)", (long long)l->g.layer_index,
+                            (long long)cap, 2 * (size_t)cap * row);
     c->cap = cap;
     return LH_OK;
 }
@@ -105,18 +94,21 @@ static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, char *err, 
     for (int64_t s = 0; s < step->n_seqs; s++) {
         int64_t slot = step->slot[s];
         if (slot < 0 || slot >= l->g.max_seqs)
-            return fail(err, n, LH_E_USAGE, "vanilla: sequence slot %lld outside [0, %lld)",
-                        (long long)slot, (long long)l->g.max_seqs);
+            return lh_attn_fail(err, n, LH_E_USAGE, "vanilla: sequence slot %lld outside [0, %lld)",
+                                (long long)slot, (long long)l->g.max_seqs);
         slot_cache *c = &l->slots[slot];
         if (step->ctx_len[s] != c->len)
-            return fail(err, n, LH_E_USAGE, "vanilla: layer %lld slot %lld holds %lld tokens, "
-                        "the step says %lld", (long long)l->g.layer_index, (long long)slot,
-                        (long long)c->len, (long long)step->ctx_len[s]);
+            return lh_attn_fail(err, n, LH_E_USAGE,
+                                "vanilla: layer %lld slot %lld holds %lld tokens, the step says "
+                                "%lld", (long long)l->g.layer_index, (long long)slot,
+                                (long long)c->len, (long long)step->ctx_len[s]);
         int64_t need = c->len + step->n_new[s];
         if (need > l->g.max_seq_len)
-            return fail(err, n, LH_E_UNSUPPORTED, "vanilla: sequence in slot %lld needs %lld "
-                        "tokens, more than max_seq_len %lld", (long long)slot, (long long)need,
-                        (long long)l->g.max_seq_len);
+            return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+                                "vanilla: sequence in slot %lld needs %lld tokens, more than "
+                                "max_seq_len %lld",
+                                (long long)slot, (long long)need,
+                                (long long)l->g.max_seq_len);
         lh_status st = reserve(l, c, need, err, n);
         if (st != LH_OK)
             return st;
@@ -135,8 +127,8 @@ static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *st
         slot_cache *c = &l->slots[step->slot[s]];
         int64_t t0 = step->token_start[s], nn = step->n_new[s];
         if (c->len + nn > c->cap)
-            return fail(err, n, LH_E_USAGE, "vanilla: forward before prepare for slot %lld",
-                        (long long)step->slot[s]);
+            return lh_attn_fail(err, n, LH_E_USAGE, "vanilla: forward before prepare for slot %lld",
+                                (long long)step->slot[s]);
         memcpy(c->k + (size_t)c->len * row, (const float *)k->data + (size_t)t0 * row,
                (size_t)nn * row * sizeof(float));
         memcpy(c->v + (size_t)c->len * row, (const float *)v->data + (size_t)t0 * row,
@@ -150,8 +142,8 @@ static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *st
         lh_status st = lh_k_attention(kctx, &qs, &ks, &vs, step->positions + t0, l->g.scale,
                                       l->g.sliding_window, &os);
         if (st != LH_OK)
-            return fail(err, n, st, "vanilla: layer %lld: %s", (long long)l->g.layer_index,
-                        lh_k_last_error(kctx));
+            return lh_attn_fail(err, n, st, "vanilla: layer %lld: %s", (long long)l->g.layer_index,
+                                lh_k_last_error(kctx));
         c->len = total;
     }
     return LH_OK;

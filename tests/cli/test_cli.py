@@ -1732,6 +1732,17 @@ class TestText(CliTestCase):
             json.dump(tokenizer or byte_level_tokenizer(), f)
         return d
 
+    @unittest.skipUnless(os.path.exists("/dev/full"), "no /dev/full on this system")
+    def test_run_unwritable_stdout_is_io_error(self):
+        # the generated text cannot be written: exit 13, not a silent success
+        d = self.text_model()
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([EXE, "run", d, "-p", "hello", "-n", "4"], stdout=full,
+                               stderr=subprocess.PIPE, text=True, timeout=60,
+                               env=base_env(), stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 13, p.stderr)
+        self.assertIn("writing the output to stdout failed", p.stderr)
+
     def test_run_chat_renders_the_template(self):
         # --chat: the prompt becomes a user message rendered by tokenizer_config.json's
         # chat_template (with the generation prompt), encoded without added special tokens;

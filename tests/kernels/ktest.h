@@ -7,6 +7,7 @@
 #include "runner.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,26 +72,61 @@ static inline bool kt_isa_supported(lh_k_isa isa)
     return ctx != NULL;
 }
 
+/* Whether key position p is visible to a query at qp: causal, sliding window (> 0) and chunked
+ * attention (> 0, Llama 4: same chunk only). */
+static inline bool kt_visible(int64_t p, int64_t qp, int64_t window, int64_t chunk)
+{
+    if (p > qp)
+        return false;
+    if (window > 0 && qp - p >= window)
+        return false;
+    if (chunk > 0 && p / chunk != qp / chunk)
+        return false;
+    return true;
+}
+
+/* Double-precision attention: q [T, H, D], k [S, KVH, D], v [S, KVH, Dv] f32, query t at
+ * position qpos[t]; out [T, H, Dv]. */
+static inline void kt_attn_ref(const float *q, const float *k, const float *v,
+                               const int32_t *qpos, int64_t T, int64_t H, int64_t KVH, int64_t D,
+                               int64_t Dv, int64_t S, float scale, int64_t window, int64_t chunk,
+                               double *out)
+{
+    double *sc = malloc((size_t)(S > 0 ? S : 1) * sizeof(double));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t kvh = h / (H / KVH);
+            double m = -INFINITY;
+            for (int64_t p = 0; p < S; p++) {
+                if (!kt_visible(p, qpos[t], window, chunk)) {
+                    sc[p] = -INFINITY;
+                    continue;
+                }
+                double s = 0;
+                for (int64_t d = 0; d < D; d++)
+                    s += (double)q[(t * H + h) * D + d] * k[(p * KVH + kvh) * D + d];
+                sc[p] = s * scale;
+                m = fmax(m, sc[p]);
+            }
+            double sum = 0;
+            for (int64_t p = 0; p < S; p++)
+                sum += sc[p] == -INFINITY ? 0 : exp(sc[p] - m);
+            for (int64_t d = 0; d < Dv; d++) {
+                double o = 0;
+                for (int64_t p = 0; p < S; p++)
+                    if (sc[p] != -INFINITY)
+                        o += exp(sc[p] - m) / sum * v[(p * KVH + kvh) * Dv + d];
+                out[(t * H + h) * Dv + d] = o;
+            }
+        }
+    free(sc);
+}
+
 /* Defines name_scalar, name_avx2, name_avx512 test functions that call body(isa), each
  * reported as skipped where the CPU lacks the ISA. */
 #define KT_ISA_TESTS(body)                                                                        \
     static void body##_scalar(void) { body(LH_K_ISA_SCALAR); }                                    \
-    static void body##_avx2(void)                                                                 \
-    {                                                                                             \
-        if (!kt_isa_supported(LH_K_ISA_AVX2)) {                                                   \
-            LH_TEST_SKIP("AVX2+FMA+F16C not available (CPU or build)");                                         \
-            return;                                                                               \
-        }                                                                                         \
-        body(LH_K_ISA_AVX2);                                                                      \
-    }                                                                                             \
-    static void body##_avx512(void)                                                               \
-    {                                                                                             \
-        if (!kt_isa_supported(LH_K_ISA_AVX512)) {                                                 \
-            LH_TEST_SKIP("AVX-512F not available (CPU or build)");                                              \
-            return;                                                                               \
-        }                                                                                         \
-        body(LH_K_ISA_AVX512);                                                                    \
-    }
+    KT_VEC_TESTS(body)
 
 /* The same, for tests that compare a vector ISA against the scalar path (no scalar variant). */
 #define KT_VEC_TESTS(body)                                                                        \

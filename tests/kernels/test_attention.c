@@ -8,49 +8,6 @@
  * scale = 1/sqrt(D)). Threads 1 and 2 give bit-identical results (one task per (t, h)). */
 #include "ktest.h"
 
-static bool visible(int64_t p, int64_t qp, int64_t window)
-{
-    if (p > qp)
-        return false;
-    if (window > 0 && qp - p >= window)
-        return false;
-    return true;
-}
-
-static void attn_ref(const float *q, const float *k, const float *v, const int32_t *qpos, int64_t T,
-                     int64_t H, int64_t KVH, int64_t D, int64_t Dv, int64_t S, float scale,
-                     int64_t window, double *out)
-{
-    double *sc = malloc((size_t)S * sizeof(double));
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < H; h++) {
-            const int64_t kvh = h / (H / KVH);
-            double m = -INFINITY;
-            for (int64_t p = 0; p < S; p++) {
-                if (!visible(p, qpos[t], window)) {
-                    sc[p] = -INFINITY;
-                    continue;
-                }
-                double s = 0;
-                for (int64_t d = 0; d < D; d++)
-                    s += (double)q[(t * H + h) * D + d] * k[(p * KVH + kvh) * D + d];
-                sc[p] = s * scale;
-                m = fmax(m, sc[p]);
-            }
-            double sum = 0;
-            for (int64_t p = 0; p < S; p++)
-                sum += sc[p] == -INFINITY ? 0 : exp(sc[p] - m);
-            for (int64_t d = 0; d < Dv; d++) {
-                double o = 0;
-                for (int64_t p = 0; p < S; p++)
-                    if (sc[p] != -INFINITY)
-                        o += exp(sc[p] - m) / sum * v[(p * KVH + kvh) * Dv + d];
-                out[(t * H + h) * Dv + d] = o;
-            }
-        }
-    free(sc);
-}
-
 struct attn_case {
     const char *name;
     int64_t T, H, KVH, D, Dv, S, window;
@@ -108,7 +65,8 @@ static void attention_vs_reference(lh_k_isa isa)
         CU_ASSERT_EQUAL(lh_k_attention(c2, &tq, &tk, &tv, qpos, scale, c->window, &to), LH_OK);
         CU_ASSERT_EQUAL(lh_k_attention(c1, &tq, &tk, &tv, qpos, scale, c->window, &to1), LH_OK);
         CU_ASSERT_EQUAL(lh_k_attention(cs, &tq, &tk, &tv, qpos, scale, c->window, &tos), LH_OK);
-        attn_ref(q, k, v, qpos, c->T, c->H, c->KVH, c->D, c->Dv, c->S, scale, c->window, ref);
+        kt_attn_ref(q, k, v, qpos, c->T, c->H, c->KVH, c->D, c->Dv, c->S, scale, c->window, 0,
+                    ref);
         kt_cmp cmp = {0}, cmps = {0};
         for (int64_t i = 0; i < no; i++) {
             kt_check(&cmp, (long)i, o[i], ref[i], 2e-5 * vmax + 1e-6);

@@ -256,54 +256,7 @@ static lh_status tpool_write(lh_kctx *ctx, tpool *p, const float *k, const float
     return lh_k_paged_kv_write(ctx, &p->kv, p->table, p->n_table, from, &tk, &tv);
 }
 
-/* ---- reference ---------------------------------------------------------------------------- */
-
-static bool visible(int64_t p, int64_t qp, int64_t window, int64_t chunk)
-{
-    if (p > qp)
-        return false;
-    if (window > 0 && qp - p >= window)
-        return false;
-    if (chunk > 0 && p / chunk != qp / chunk)
-        return false;
-    return true;
-}
-
-static void attn_ref(const float *q, const float *k, const float *v, const int32_t *qpos,
-                     int64_t T, int64_t H, int64_t KVH, int64_t D, int64_t S, float scale,
-                     int64_t window, int64_t chunk, double *out)
-{
-    double *sc = malloc((size_t)S * sizeof(double));
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < H; h++) {
-            const int64_t kvh = h / (H / KVH);
-            double m = -INFINITY;
-            for (int64_t p = 0; p < S; p++) {
-                if (!visible(p, qpos[t], window, chunk)) {
-                    sc[p] = -INFINITY;
-                    continue;
-                }
-                double s = 0;
-                for (int64_t d = 0; d < D; d++)
-                    s += (double)q[(t * H + h) * D + d] * k[(p * KVH + kvh) * D + d];
-                sc[p] = s * scale;
-                m = fmax(m, sc[p]);
-            }
-            double sum = 0;
-            for (int64_t p = 0; p < S; p++)
-                sum += sc[p] == -INFINITY ? 0 : exp(sc[p] - m);
-            for (int64_t d = 0; d < D; d++) {
-                double o = 0;
-                for (int64_t p = 0; p < S; p++)
-                    if (sc[p] != -INFINITY)
-                        o += exp(sc[p] - m) / sum * v[(p * KVH + kvh) * D + d];
-                out[(t * H + h) * D + d] = o;
-            }
-        }
-    free(sc);
-}
-
-/* ---- paged attention vs the references ------------------------------------------------------- */
+/* ---- paged attention vs the references (kt_attn_ref, ktest.h) ------------------------------- */
 
 struct pcase {
     const char *name;
@@ -419,8 +372,8 @@ static void paged_vs_reference(lh_k_isa isa)
                     /* unsplit, automatic, and forced splits */
                     CU_ASSERT_EQUAL(run_paged(c2, &p, q, qpos, c, 1, o1), LH_OK);
                     CU_ASSERT_EQUAL(run_paged(c2, &p, q, qpos, c, 0, o), LH_OK);
-                    attn_ref(q, kd, vd, qpos, c->T, c->H, c->KVH, c->D, c->S,
-                             1.0f / sqrtf((float)c->D), c->window, c->chunk, ref);
+                    kt_attn_ref(q, kd, vd, qpos, c->T, c->H, c->KVH, c->D, c->D, c->S,
+                                1.0f / sqrtf((float)c->D), c->window, c->chunk, ref);
                     kt_cmp cr = {0}, cr1 = {0}, csp = {0};
                     for (int64_t i = 0; i < nq; i++) {
                         kt_check(&cr, (long)i, o[i], ref[i], tol);

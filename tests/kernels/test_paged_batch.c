@@ -372,17 +372,6 @@ static void rotate_q(lh_kctx *ctx, const bset *b, const lh_rope *rope, const flo
 
 /* ---- reference ------------------------------------------------------------------------------ */
 
-static bool visible(int64_t p, int64_t qp, int64_t window, int64_t chunk)
-{
-    if (p > qp)
-        return false;
-    if (window > 0 && qp - p >= window)
-        return false;
-    if (chunk > 0 && p / chunk != qp / chunk)
-        return false;
-    return true;
-}
-
 /* The pool's values of sequence s, read back: [kv_len, KVH, D]. */
 static void read_back(const bset *b, const bpool *p, int s, int is_v, float *dst)
 {
@@ -403,7 +392,7 @@ static void ref_row(const float *qv, const float *kd, const float *vd, int64_t k
     double *sc = malloc((size_t)S * sizeof(double));
     for (int64_t p = 0; p < S; p++) {
         sc[p] = -INFINITY;
-        if (!visible(p, qp, window, chunk) || (use && !use[p / bs]))
+        if (!kt_visible(p, qp, window, chunk) || (use && !use[p / bs]))
             continue;
         double s = 0;
         for (int64_t d = 0; d < D; d++)
@@ -752,7 +741,7 @@ static bool ref_select(const float *qv, const float *keys, int64_t S, int64_t KV
     memset(use, 0, (size_t)nb);
     int64_t first = -1;
     for (int64_t p = 0; p <= qp && first < 0; p++)
-        if (visible(p, qp, window, chunk))
+        if (kt_visible(p, qp, window, chunk))
             first = p;
     const int64_t vb0 = first / bs, vb1 = qp / bs;
     int64_t n_local = 0;

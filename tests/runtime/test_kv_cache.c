@@ -235,6 +235,14 @@ static void test_plan_errors(void)
     lh_err err = {0};
     CU_ASSERT_EQUAL(lh_kv_plan_compute(&kv, 1, 1, 1, false, 64, 1, &p, &err), LH_OK);
     CU_ASSERT_EQUAL(p.num_blocks, INT32_MAX);
+    /* max_tokens at the top of int64: rounding up to blocks must not overflow */
+    kv.block_size = 16;
+    kv.max_tokens = INT64_MAX;
+    expect_config_error(&kv, 1, 1, 1, 64, 1, "more than 2147483647");
+    /* one block over every layer larger than the address space: refused, not wrapped */
+    kv = kv_defaults();
+    kv.block_size = 1 << 20;
+    expect_config_error(&kv, 100000, 65536, 65536, 64, 1, "overflows the address space");
     /* a pool smaller than one block (memory_fraction needs a readable MemAvailable) */
     kv = kv_defaults();
     if (lh_mem_available() == 0) {

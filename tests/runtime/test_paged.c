@@ -21,6 +21,8 @@
 #include "lh_kernels.h"
 #include "paged.h"
 #include "runner.h"
+#include "api/host_internal.h"
+#include "runtime/decoder.h"
 #include "runtime/kv_cache.h"
 
 #include <dirent.h>
@@ -200,6 +202,27 @@ static void test_engine_limits(void)
     /* nothing stuck: a fitting request still works, twice */
     CU_ASSERT_EQUAL(lh_engine_logits(e, five, 4, l5, &err), LH_OK);
     CU_ASSERT_EQUAL(lh_engine_logits(e, five, 4, l5, &err), LH_OK);
+    /* absurd requests: a token count that would overflow, and step metadata that lies */
+    const int32_t *pp[1] = {five};
+    int64_t len1 = 1;
+    int32_t one_out[1];
+    CU_ASSERT_EQUAL(lh_engine_generate_greedy(e, pp, &len1, 1, INT64_MAX, one_out, &err),
+                    LH_E_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "max_seq_len 4"));
+    lh_decoder *d = lh_engine_decoder(e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    int64_t start = 0, nn = 1, ctx = -1, slot = 0, row = 0;
+    int32_t pos = 0, tok = 1;
+    lh_attn_step st = {.struct_size = sizeof st, .n_tokens = 1, .n_seqs = 1, .positions = &pos,
+                       .token_start = &start, .n_new = &nn, .ctx_len = &ctx, .slot = &slot};
+    CU_ASSERT_EQUAL(lh_decoder_forward(d, lh_engine_kctx(e), &st, &tok, &row, 1, l5, &err),
+                    LH_E_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "-1 cached"));
+    ctx = 0;
+    nn = 2; /* more new tokens than the step has */
+    CU_ASSERT_EQUAL(lh_decoder_forward(d, lh_engine_kctx(e), &st, &tok, &row, 1, l5, &err),
+                    LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_engine_logits(e, five, 4, l5, &err), LH_OK); /* nothing stuck */
     lh_engine_close(e);
 }
 
@@ -755,6 +778,15 @@ static void test_backend_out_of_blocks(void)
                        .token_start = &start, .n_new = &one, .ctx_len = &zero, .slot = &slot};
     CU_ASSERT_EQUAL(paged_ops.prepare(b.layer, &st, msg, sizeof msg), LH_E_USAGE);
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "no KV block tables"));
+    /* lengths that would overflow ctx_len + n_new are refused before any arithmetic */
+    const int32_t *tabs[1] = {NULL};
+    int64_t n_tab = 0, huge = INT64_MAX, full = MAX_LEN;
+    st.block_tables = tabs;
+    st.n_blocks = &n_tab;
+    st.ctx_len = &full;
+    st.n_new = &huge;
+    CU_ASSERT_EQUAL(paged_ops.prepare(b.layer, &st, msg, sizeof msg), LH_E_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "max_seq_len 400"));
     bk_close(&b);
 }
 
