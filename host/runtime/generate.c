@@ -264,11 +264,10 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
         /* refuse up front what would fail max_new steps later */
         /* compared without forming lens + max_new, which could overflow */
         if (max_new - (max_new > 0) > d->max_seq_len - lens[s])
-            return lh_err_set(err, LH_E_USAGE, "generate: sequence %lld needs %lld tokens (prompt "
-                              "%lld + %lld new), more than max_seq_len %lld (raise --max-seq-len "
-                              "or lower -n)", (long long)s,
-                              (long long)(lens[s] + max_new - (max_new > 0)), (long long)lens[s],
-                              (long long)max_new, (long long)d->max_seq_len);
+            return lh_err_set(err, LH_E_USAGE, "generate: sequence %lld needs its prompt of %lld "
+                              "tokens + %lld new (the last one is not cached), more than "
+                              "max_seq_len %lld (raise --max-seq-len or lower -n)", (long long)s,
+                              (long long)lens[s], (long long)max_new, (long long)d->max_seq_len);
         total += lens[s];
     }
     st0 = check_pool(d, lens, n_seqs, max_new - (max_new > 0), err);
