@@ -21,6 +21,12 @@ PYENV      = $(BUILD)-pyenv
 PYTEST_ENV = LH_PYENV_PYTHON=$(CURDIR)/$(PYENV)/bin/python LH_REQUIRE_PYDEPS=1
 
 MESON_COMMON = -Dwerror=$(WERROR)
+# CUDA kernels: auto builds them when nvcc is found (the toolkit's usual place is searched too);
+# CUDA=enabled makes a missing toolkit an error (CI), CUDA=disabled skips them.
+CUDA       ?= auto
+ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
+export PATH := $(PATH):/usr/local/cuda/bin
+endif
 
 .PHONY: all deps build build-asan pyenv default-model run explain test test-normal test-asan bench clean
 
@@ -30,14 +36,15 @@ deps:
 	@sh tools/install_deps.sh $(DEBIAN_PACKAGES)
 
 $(BUILD)/build.ninja: | deps
-	meson setup $(BUILD) $(MESON_COMMON)
+	meson setup $(BUILD) $(MESON_COMMON) -Dcuda=$(CUDA)
 
 $(ASAN_BUILD)/build.ninja: | deps
-	meson setup $(ASAN_BUILD) $(MESON_COMMON) -Db_sanitize=address,undefined -Dbuildtype=debug
+	meson setup $(ASAN_BUILD) $(MESON_COMMON) -Db_sanitize=address,undefined -Dbuildtype=debug \
+	  -Dcuda=disabled
 
 # `meson configure` keeps an existing tree's options in step with this invocation (WERROR).
 build: deps $(BUILD)/build.ninja
-	meson configure $(BUILD) $(MESON_COMMON)
+	meson configure $(BUILD) $(MESON_COMMON) -Dcuda=$(CUDA)
 	ninja -C $(BUILD)
 
 build-asan: deps $(ASAN_BUILD)/build.ninja

@@ -69,7 +69,22 @@ lh_status lh_kd_begin(lh_kctx *ctx, const char *fn)
                        "%s: called from inside lh_k_parallel_for on the same context (a context is "
                        "used by one thread at a time)",
                        fn);
+#ifdef LH_HAVE_CUDA
+    if (ctx->cuda) {
+        lh_cuda_make_current(ctx);
+        lh_cuda_call_begin(ctx);
+    }
+#endif
     return LH_OK;
+}
+
+static const char *device_str(lh_device d, char *buf, size_t size)
+{
+    if (d.kind == LH_DEVICE_CPU)
+        snprintf(buf, size, "cpu");
+    else
+        snprintf(buf, size, "%s:%d", d.kind == LH_DEVICE_CUDA ? "cuda" : "unknown", d.index);
+    return buf;
 }
 
 /* NULL, device, rank, dtype, shape sanity, data pointer and contiguity of one tensor. */
@@ -78,11 +93,18 @@ lh_status lh_kd_check_tensor(lh_kctx *ctx, const char *fn, const char *arg, cons
 {
     if (!t)
         return lh_kerr(ctx, LH_E_USAGE, "%s: %s is NULL", fn, arg);
-    if (t->device.kind != LH_DEVICE_CPU)
-        return lh_kerr(ctx, LH_E_UNSUPPORTED,
-                       "%s: %s is on device %s:%d, but this build of libllmhost_kernels has kernels "
-                       "for the CPU only",
-                       fn, arg, t->device.kind == LH_DEVICE_CUDA ? "cuda" : "unknown", t->device.index);
+    if (t->device.kind != ctx->device.kind || t->device.index != ctx->device.index)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: %s is on %s, but the context is on %s (copy it with "
+                       "lh_k_copy first)", fn, arg, device_str(t->device, (char[32]){0}, 32),
+                       device_str(ctx->device, (char[32]){0}, 32));
+    return lh_kd_check_layout(ctx, fn, arg, t, ndim_lo, ndim_hi, dtypes);
+}
+
+lh_status lh_kd_check_layout(lh_kctx *ctx, const char *fn, const char *arg, const lh_tensor *t,
+                             int ndim_lo, int ndim_hi, unsigned dtypes)
+{
+    if (!t)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: %s is NULL", fn, arg);
     if (t->ndim < ndim_lo || t->ndim > ndim_hi) {
         if (ndim_lo == ndim_hi)
             return lh_kerr(ctx, LH_E_USAGE, "%s: %s must have %d dims (got ndim %d)", fn, arg, ndim_lo,

@@ -6,6 +6,15 @@
 
 #include "cpu/cpu_kernels.h"
 
+/* The implementation for the context's device: cuda_call on a CUDA context, else cpu_call. In
+ * a build without CUDA the CUDA branch is not even compiled. */
+#ifdef LH_HAVE_CUDA
+#include "cuda/cuda_kernels.h"
+#define LH_KD_ON_DEVICE(ctx, cuda_call, cpu_call) ((ctx)->cuda ? (cuda_call) : (cpu_call))
+#else
+#define LH_KD_ON_DEVICE(ctx, cuda_call, cpu_call) (cpu_call)
+#endif
+
 /* dtype sets for lh_kd_check_tensor */
 #define LH_KD_F32 (1u << LH_DTYPE_F32)
 #define LH_KD_FLOAT (LH_KD_F32 | (1u << LH_DTYPE_BF16) | (1u << LH_DTYPE_F16))
@@ -25,9 +34,13 @@ const char *lh_kd_shape_str(const lh_tensor *t, char *buf, size_t size);
 
 /* A usable context, not called from inside its own parallel_for. */
 lh_status lh_kd_begin(lh_kctx *ctx, const char *fn);
-/* NULL, device (CPU only in this build), rank in [ndim_lo, ndim_hi], dtype in `dtypes`,
- * shape sanity, data pointer, contiguous row-major layout. */
+/* NULL, device (the context's own: a CPU context takes CPU tensors, a CUDA context those on its
+ * device), rank in [ndim_lo, ndim_hi], dtype in `dtypes`, shape sanity, data pointer,
+ * contiguous row-major layout. */
 lh_status lh_kd_check_tensor(lh_kctx *ctx, const char *fn, const char *arg, const lh_tensor *t,
+                             int ndim_lo, int ndim_hi, unsigned dtypes);
+/* The same without the device rule (lh_k_copy: either side may be host memory). */
+lh_status lh_kd_check_layout(lh_kctx *ctx, const char *fn, const char *arg, const lh_tensor *t,
                              int ndim_lo, int ndim_hi, unsigned dtypes);
 /* Whether two tensors' byte ranges intersect (NULL or empty ones never do). */
 bool lh_kd_overlaps(const lh_tensor *a, const lh_tensor *b);

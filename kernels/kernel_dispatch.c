@@ -1,6 +1,6 @@
-/* The public tensor kernels: device-independent argument checks, then the dispatch on the
- * tensors' device. This build has CPU kernels only; a tensor on any other device is refused
- * with LH_E_UNSUPPORTED naming the device (the CUDA branch will sit next to the CPU one).
+/* The public tensor kernels: device-independent argument checks, then the implementation for
+ * the context's device (LH_KD_ON_DEVICE: kernels/cpu or kernels/cuda). A tensor on another
+ * device than the context's is refused with LH_E_USAGE naming both.
  *
  * Every tensor must be contiguous row-major (stride[ndim-1] == 1 and each stride the product of
  * the later dims; dims of size 1 are not checked): views with padded rows are not supported. */
@@ -48,7 +48,8 @@ LH_EXPORT lh_status lh_k_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tenso
                        w->shape[0], LH_KD_SH(w));
     if (lh_kd_overlaps(y, x) || lh_kd_overlaps(y, w) || lh_kd_overlaps(y, bias))
         return lh_kerr(ctx, LH_E_USAGE, "%s: y %s overlaps an input", fn, LH_KD_SH(y));
-    return lh_cpu_matmul(ctx, x, w, bias, y);
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_matmul(ctx, x, w, bias, y),
+                           lh_cpu_matmul(ctx, x, w, bias, y));
 }
 
 /* ---- embedding ------------------------------------------------------------------------------ */
@@ -75,7 +76,8 @@ LH_EXPORT lh_status lh_k_embedding(lh_kctx *ctx, const lh_tensor *table, const i
                            fn, i, ids[i], V, LH_KD_SH(table));
     if (lh_kd_overlaps(out, table))
         return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps table", fn);
-    return lh_cpu_embedding(ctx, table, ids, n, out);
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_embedding(ctx, table, ids, n, out),
+                           lh_cpu_embedding(ctx, table, ids, n, out));
 }
 
 /* ---- norms ---------------------------------------------------------------------------------- */
@@ -108,7 +110,8 @@ LH_EXPORT lh_status lh_k_rmsnorm(lh_kctx *ctx, const lh_tensor *x, const lh_tens
     static const char fn[] = "lh_k_rmsnorm";
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     LH_KD_CHECK(check_norm(ctx, fn, x, w, eps, offset, out));
-    return lh_cpu_rmsnorm(ctx, NULL, x, w, eps, offset, out);
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_rmsnorm(ctx, NULL, x, w, eps, offset, out),
+                           lh_cpu_rmsnorm(ctx, NULL, x, w, eps, offset, out));
 }
 
 LH_EXPORT lh_status lh_k_add_rmsnorm(lh_kctx *ctx, lh_tensor *residual, const lh_tensor *x,
@@ -124,7 +127,8 @@ LH_EXPORT lh_status lh_k_add_rmsnorm(lh_kctx *ctx, lh_tensor *residual, const lh
     if (lh_kd_overlaps(residual, x) || lh_kd_overlaps(residual, w) || !same_or_disjoint(residual, out))
         return lh_kerr(ctx, LH_E_USAGE,
                        "%s: residual overlaps x or w, or partially overlaps out", fn);
-    return lh_cpu_rmsnorm(ctx, residual, x, w, eps, offset, out);
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_rmsnorm(ctx, residual, x, w, eps, offset, out),
+                           lh_cpu_rmsnorm(ctx, residual, x, w, eps, offset, out));
 }
 
 /* ---- activations ---------------------------------------------------------------------------- */
@@ -143,7 +147,8 @@ LH_EXPORT lh_status lh_k_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_
     if (!same_or_disjoint(out, gate) || !same_or_disjoint(out, up))
         return lh_kerr(ctx, LH_E_USAGE,
                        "%s: out partially overlaps gate or up (only exact aliasing is allowed)", fn);
-    return lh_cpu_silu_mul(ctx, gate, up, out);
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_silu_mul(ctx, gate, up, out),
+                           lh_cpu_silu_mul(ctx, gate, up, out));
 }
 
 LH_EXPORT lh_status lh_k_softmax(lh_kctx *ctx, lh_tensor *x)
@@ -151,7 +156,7 @@ LH_EXPORT lh_status lh_k_softmax(lh_kctx *ctx, lh_tensor *x)
     static const char fn[] = "lh_k_softmax";
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "x", x, 1, LH_MAX_DIMS, LH_KD_F32));
-    return lh_cpu_softmax(ctx, x);
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_softmax(ctx, x), lh_cpu_softmax(ctx, x));
 }
 
 LH_EXPORT lh_status lh_k_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out)
@@ -168,7 +173,7 @@ LH_EXPORT lh_status lh_k_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out)
         return lh_kerr(ctx, LH_E_USAGE, "%s: out is NULL", fn);
     if (lh_cpu_numel(x) == 0)
         return LH_OK;
-    return lh_cpu_argmax(ctx, x, out);
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_argmax(ctx, x, out), lh_cpu_argmax(ctx, x, out));
 }
 
 LH_EXPORT lh_status lh_k_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst)
@@ -182,7 +187,7 @@ LH_EXPORT lh_status lh_k_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *
                        LH_KD_SH(dst));
     if (lh_kd_overlaps(src, dst) && !(src->data == dst->data && src->dtype == dst->dtype))
         return lh_kerr(ctx, LH_E_USAGE, "%s: src and dst overlap", fn);
-    return lh_cpu_convert(ctx, src, dst);
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_convert(ctx, src, dst), lh_cpu_convert(ctx, src, dst));
 }
 
 /* ---- RoPE ----------------------------------------------------------------------------------- */
@@ -214,7 +219,8 @@ LH_EXPORT lh_status lh_k_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor
                        "%s: dynamic RoPE needs seq_len >= max(positions) + 1 (seq_len %" PRId64
                        ", max position %" PRId64 ")",
                        fn, seq_len, maxpos);
-    return lh_cpu_rope_apply(ctx, rope, x, positions, seq_len);
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_rope_apply(ctx, rope, x, positions, seq_len),
+                           lh_cpu_rope_apply(ctx, rope, x, positions, seq_len));
 }
 
 /* ---- attention ------------------------------------------------------------------------------ */
@@ -256,5 +262,6 @@ LH_EXPORT lh_status lh_k_attention(lh_kctx *ctx, const lh_tensor *q, const lh_te
                            fn, t, q_pos[t], S, LH_KD_SH(k));
     if (lh_kd_overlaps(out, q) || lh_kd_overlaps(out, k) || lh_kd_overlaps(out, v))
         return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps q, k or v", fn);
-    return lh_cpu_attention(ctx, q, k, v, q_pos, scale, sliding_window, out);
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_attention(ctx, q, k, v, q_pos, scale, sliding_window, out),
+                           lh_cpu_attention(ctx, q, k, v, q_pos, scale, sliding_window, out));
 }

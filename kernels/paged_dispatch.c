@@ -1,7 +1,8 @@
 /* The public paged KV cache kernels: argument checks (same rules as kernel_dispatch.c: every
- * tensor on the CPU, contiguous row-major, dtypes and shapes consistent; the messages name the
- * argument, the sequence and the numbers), then the CPU implementation in
- * cpu/paged_attention.c and cpu/paged_kv_write.c. The single-sequence entry points are
+ * tensor on the context's device, contiguous row-major, dtypes and shapes consistent; the
+ * messages name the argument, the sequence and the numbers), then the implementation for the
+ * device: cpu/paged_attention.c and cpu/paged_kv_write.c, or cuda/paged_attention.cu and
+ * cuda/paged_kv_write.cu. The single-sequence entry points are
  * batches of one: their own checks (and messages) first, then the same path. */
 #include "cpu/paged_kernels.h"
 #include "dispatch_checks.h"
@@ -236,6 +237,27 @@ static lh_status attn_common(lh_kctx *ctx, const char *fn, const lh_tensor *q,
     return LH_OK;
 }
 
+/* The promise of lh_k_ctx_set_bounds: no sequence longer than the bound, no more table
+ * entries in use than the bound (the CUDA code sizes its launches and table staging by them). */
+static lh_status check_bounds(lh_kctx *ctx, const char *fn, const lh_cpu_batch *b,
+                              int64_t block_size)
+{
+    if (ctx->bound_seq_len <= 0)
+        return LH_OK;
+    for (int64_t s = 0; s < b->n_seqs; s++) {
+        if (b->n_new[s] == 0)
+            continue;
+        const int64_t len = b->kv_len[s], blocks = (len + block_size - 1) / block_size;
+        if (len > ctx->bound_seq_len || blocks > ctx->bound_blocks_per_seq)
+            return lh_kerr(ctx, LH_E_USAGE,
+                           "%s: sequence %" PRId64 ": %" PRId64 " tokens in %" PRId64
+                           " blocks exceed the context's bounds (lh_k_ctx_set_bounds: %" PRId64
+                           " tokens, %" PRId64 " blocks per sequence)",
+                           fn, s, len, blocks, ctx->bound_seq_len, ctx->bound_blocks_per_seq);
+    }
+    return LH_OK;
+}
+
 /* The batch struct and its arrays (not the per-sequence values). */
 static lh_status batch_view(lh_kctx *ctx, const char *fn, const lh_paged_batch *b,
                             lh_cpu_batch *cb)
@@ -381,7 +403,9 @@ LH_EXPORT lh_status lh_k_paged_attention(lh_kctx *ctx, const lh_tensor *q, const
     const int64_t zero = 0;
     const int32_t *const tables[1] = {block_table};
     const lh_cpu_batch cb = {1, &zero, &T, &ctx_len, q_pos, tables};
-    return lh_cpu_paged_attention(ctx, fn, q, &pv, &cb, &prm, out);
+    LH_KD_CHECK(check_bounds(ctx, fn, &cb, pv.block_size));
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_paged_attention(ctx, fn, q, &pv, &cb, &prm, out),
+                           lh_cpu_paged_attention(ctx, fn, q, &pv, &cb, &prm, out));
 }
 
 LH_EXPORT lh_status lh_k_paged_attention_batch(lh_kctx *ctx, const lh_tensor *q,
@@ -410,7 +434,9 @@ LH_EXPORT lh_status lh_k_paged_attention_batch(lh_kctx *ctx, const lh_tensor *q,
     }
     if (lh_kd_overlaps(out, q) || overlaps_pool(out, kv, &pv))
         return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps q or the pool", fn);
-    return lh_cpu_paged_attention(ctx, fn, q, &pv, &cb, &prm, out);
+    LH_KD_CHECK(check_bounds(ctx, fn, &cb, pv.block_size));
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_paged_attention(ctx, fn, q, &pv, &cb, &prm, out),
+                           lh_cpu_paged_attention(ctx, fn, q, &pv, &cb, &prm, out));
 }
 
 /* ---- KV write ---------------------------------------------------------------------------- */
@@ -518,7 +544,9 @@ LH_EXPORT lh_status lh_k_paged_kv_write(lh_kctx *ctx, const lh_kv_pages *kv,
     const int32_t *const tables[1] = {block_table};
     const lh_cpu_batch cb = {1, &zero, &n, &kv_len, NULL, tables};
     LH_KD_CHECK(check_blocks_distinct(ctx, fn, true, &cb, &pv));
-    return lh_cpu_paged_kv_write(ctx, fn, &pv, &cb, k->data, v->data, NULL);
+    LH_KD_CHECK(check_bounds(ctx, fn, &cb, pv.block_size));
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_paged_kv_write(ctx, fn, &pv, &cb, k->data, v->data, NULL),
+                           lh_cpu_paged_kv_write(ctx, fn, &pv, &cb, k->data, v->data, NULL));
 }
 
 LH_EXPORT lh_status lh_k_paged_kv_write_batch(lh_kctx *ctx, const lh_kv_pages *kv,
@@ -574,5 +602,7 @@ LH_EXPORT lh_status lh_k_paged_kv_write_batch(lh_kctx *ctx, const lh_kv_pages *k
     if (overlaps_pool(k, kv, &pv) || overlaps_pool(v, kv, &pv))
         return lh_kerr(ctx, LH_E_USAGE, "%s: k or v overlaps the pool", fn);
     LH_KD_CHECK(check_blocks_distinct(ctx, fn, false, &cb, &pv));
-    return lh_cpu_paged_kv_write(ctx, fn, &pv, &cb, k->data, v->data, rope);
+    LH_KD_CHECK(check_bounds(ctx, fn, &cb, pv.block_size));
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_paged_kv_write(ctx, fn, &pv, &cb, k->data, v->data, rope),
+                           lh_cpu_paged_kv_write(ctx, fn, &pv, &cb, k->data, v->data, rope));
 }

@@ -1,5 +1,5 @@
-/* Public sampling entry points (lh_kernels.h "sampling"): argument checks, then the CPU
- * kernel (cpu/sampling.c). */
+/* Public sampling entry points (lh_kernels.h "sampling"): argument checks, then the kernel
+ * for the context's device (cpu/sampling.c or cuda/sampling.cu). */
 #include "dispatch_checks.h"
 #include "cpu/sampling.h"
 
@@ -92,9 +92,17 @@ static lh_status run(lh_kctx *ctx, const char *fn, const lh_sampling_params *par
                        .probs = probs ? probs->data : NULL};
     int64_t row = 0, id = 0;
     int code = 0;
-    lh_status st = lh_cpu_sample(ctx, &j, &row, &code, &id);
+    lh_status st = LH_KD_ON_DEVICE(ctx, lh_cuda_sample(ctx, &j, &row, &code, &id),
+                                   lh_cpu_sample(ctx, &j, &row, &code, &id));
     if (st == LH_E_USAGE && code == LH_SAMPLE_BAD_LOGIT) {
-        float v = ((const float *)logits->data)[row * V + id];
+        const float *bad = (const float *)logits->data + row * V + id;
+        float v = 0.0f;
+#ifdef LH_HAVE_CUDA
+        if (ctx->cuda && lh_cuda_copy(ctx, &v, false, bad, true, sizeof v) != LH_OK)
+            return LH_E_INTERNAL; /* the message says why the device failed */
+        if (!ctx->cuda)
+#endif
+            v = *bad;
         return lh_kerr(ctx, LH_E_USAGE, "%s: logits[%" PRId64 "][%" PRId64 "] is %s; sampling "
                        "needs finite logits (or -inf for a masked token)", fn, row, id,
                        isnan(v) ? "NaN" : "+inf");
@@ -103,7 +111,7 @@ static lh_status run(lh_kctx *ctx, const char *fn, const lh_sampling_params *par
         return lh_kerr(ctx, LH_E_USAGE, "%s: row %" PRId64 ": a logit divided by temperature %g "
                        "overflows to +inf; use a larger temperature (or 0 for greedy)", fn, row,
                        (double)params->temperature);
-    if (st == LH_E_USAGE)
+    if (st == LH_E_USAGE && code == LH_SAMPLE_NO_FINITE)
         return lh_kerr(ctx, LH_E_USAGE, "%s: row %" PRId64 " of logits %s has no finite logit "
                        "to sample from", fn, row, LH_KD_SH(logits));
     return st;

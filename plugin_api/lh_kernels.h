@@ -6,8 +6,9 @@
  * infinities infinite.
  *
  * Part 2: tensor kernels (lh_tensor.h views) driven through an execution context that owns
- * the thread pool. Every kernel checks dtypes, ranks, shapes and devices and returns
- * LH_E_USAGE (or LH_E_UNSUPPORTED for a dtype/device it does not implement) with a message
+ * the thread pool (CPU) or the stream (CUDA; see "devices" at the end). Every kernel checks
+ * dtypes, ranks, shapes and devices (each tensor on the context's device) and returns
+ * LH_E_USAGE (or LH_E_UNSUPPORTED for a dtype it does not implement) with a message
  * retrievable by lh_k_last_error(ctx); none aborts. Activations are f32; weights may be f32,
  * bf16 or f16; accumulation is f32. The CPU code picks AVX-512, AVX2+FMA or scalar at run time
  * from cpuid (LLMHOST_KERNELS_ISA=scalar|avx2|avx512 forces one, for tests). */
@@ -56,8 +57,11 @@ typedef struct lh_kctx lh_kctx;
 typedef enum lh_k_isa { LH_K_ISA_SCALAR = 0, LH_K_ISA_AVX2 = 1, LH_K_ISA_AVX512 = 2 } lh_k_isa;
 
 /* Creates a context with `n_threads` workers for `device` (n_threads <= 0: the number of
- * online cores). Returns NULL on allocation failure or an unsupported device. Owned by the
- * caller; one context may serve many models but is used by one thread at a time. */
+ * online cores; ignored for CUDA, whose work runs on the device). Returns NULL on allocation
+ * failure or a device this build or machine cannot use (a CUDA device without CUDA in the
+ * build, without a driver, an index beyond the devices present, compute capability below
+ * 8.0); lh_k_last_error(NULL) says which. Owned by the caller; one context may serve many
+ * models but is used by one thread at a time. */
 LH_EXPORT lh_kctx *lh_k_ctx_create(int n_threads, lh_device device);
 LH_EXPORT void lh_k_ctx_free(lh_kctx *ctx);
 LH_EXPORT int lh_k_ctx_threads(const lh_kctx *ctx);
@@ -174,7 +178,9 @@ typedef struct lh_paged_attn_params {
     int64_t chunk_size;     /* > 0: chunked attention (Llama 4 attention_chunk_size): key p
                              * visible to qp only if p / chunk_size == qp / chunk_size */
     int64_t n_splits;       /* 0: automatic; n >= 1: split each query's context into at most n
-                             * partitions (flash-decoding), whatever T is (tests, tuning) */
+                             * partitions (flash-decoding), whatever T is (tests, tuning; CPU
+                             * only: the CUDA kernels partition by the GPU's size and the
+                             * context's bounds, with the same exact merge) */
     /* Fused RoPE: when non-NULL, q is rotated (into private memory; q itself is not changed)
      * at q_pos with this table before the scores, with sequence length ctx_len (kv_len[s] in
      * a batch) for dynamic scaling, bit for bit as lh_k_rope_apply would; the cache must hold
@@ -360,6 +366,103 @@ LH_EXPORT lh_status lh_k_sample(lh_kctx *ctx, const lh_sampling_params *params,
                                 const lh_tensor *logits, const int32_t *const *history,
                                 const int64_t *history_len, uint64_t seed,
                                 const uint64_t *stream, const uint64_t *step, int32_t *out);
+
+
+/* ---- devices, device memory, transfers and CUDA graphs ---------------------------------------
+ *
+ * A context is created for one device (lh_k_ctx_create): LH_DEVICE_CPU, or LH_DEVICE_CUDA with
+ * the device's ordinal. A CUDA context owns one stream, the cuBLAS handles and its staging
+ * buffers; every kernel given a CUDA context queues its work on that stream, and every tensor
+ * it is given must live on the context's device (a tensor on another device is LH_E_USAGE
+ * naming both). Host-side arguments of the kernels (ids, positions, block tables, histories,
+ * argmax and sampling outputs) stay host memory on every device; the CUDA kernels copy them
+ * through pinned staging memory. A kernel returns once its work is queued, except those that
+ * write host memory (argmax, sampling, lh_k_copy to the CPU), which wait for their result.
+ * Asynchronous device faults surface at the next call that waits (lh_k_sync or a download);
+ * LLMHOST_CUDA_SYNC=1 waits after every kernel so a fault names the kernel that caused it. */
+
+/* Whether this library was built with CUDA kernels. */
+LH_EXPORT bool lh_k_cuda_built(void);
+/* Number of CUDA devices usable now: 0 without CUDA in the build, without a driver or without a
+ * device (then lh_k_cuda_unavailable_reason says which). Never fails. */
+LH_EXPORT int lh_k_cuda_device_count(void);
+/* Why lh_k_cuda_device_count() is 0 ("this build has no CUDA kernels (built with
+ * -Dcuda=disabled or without nvcc)", "no CUDA driver: ...", "no CUDA device"); "" when it is
+ * not. A static string or one owned by the library; valid until the next call. */
+LH_EXPORT const char *lh_k_cuda_unavailable_reason(void);
+
+typedef struct lh_k_device_info {
+    char name[128];           /* "NVIDIA H200" */
+    int cc_major, cc_minor;   /* compute capability */
+    int sm_count;
+    int64_t total_bytes;      /* device memory */
+    int64_t free_bytes;       /* free now (cudaMemGetInfo) */
+    double bandwidth_gbs;     /* theoretical peak memory bandwidth, GB/s (1e9 B/s) */
+    char kernels[96];         /* the kernels chosen for it, e.g. "sm_90 (cuBLASLt GEMM, ...)" */
+} lh_k_device_info;
+/* Facts about CUDA device `index`. LH_E_UNSUPPORTED without CUDA or for an index outside
+ * [0, lh_k_cuda_device_count()); the message is read with lh_k_last_error(NULL). */
+LH_EXPORT lh_status lh_k_cuda_device_info(int index, lh_k_device_info *info);
+
+/* The context's device. */
+LH_EXPORT lh_device lh_k_ctx_device(const lh_kctx *ctx);
+/* Upper bounds the caller promises for later paged kernel calls on ctx: no sequence longer
+ * than max_seq_len tokens, no block table longer than max_blocks_per_seq. A CUDA context then
+ * sizes its launches from these bounds instead of from each call's values, so a step's launch
+ * configuration depends only on its shape (what CUDA graph replay needs). A call exceeding
+ * them is LH_E_USAGE. 0 and 0: no promise (the default). */
+LH_EXPORT lh_status lh_k_ctx_set_bounds(lh_kctx *ctx, int64_t max_seq_len,
+                                        int64_t max_blocks_per_seq);
+
+/* Memory on the context's device: `bytes` (> 0) bytes, 256-byte aligned, into *out. CPU: the
+ * host heap. CUDA: a caching pool over cudaMalloc (no managed memory); freed blocks are kept
+ * for reuse and returned to the driver when an allocation would otherwise fail. Running out
+ * is LH_E_NOMEM with the numbers (asked, in use by llmhost, free on the device, total). The
+ * memory is not initialized. Free with lh_k_free on the same context. */
+LH_EXPORT lh_status lh_k_alloc(lh_kctx *ctx, size_t bytes, void **out);
+LH_EXPORT void lh_k_free(lh_kctx *ctx, void *ptr);
+/* Sets `bytes` bytes at device memory ptr to zero (queued on the stream for CUDA). */
+LH_EXPORT lh_status lh_k_memzero(lh_kctx *ctx, void *ptr, size_t bytes);
+
+typedef struct lh_k_mem_stats {
+    int64_t in_use;     /* bytes handed out by lh_k_alloc and not freed */
+    int64_t peak;       /* highest in_use */
+    int64_t cached;     /* bytes held by the pool for reuse */
+    int64_t device_free, device_total; /* the device now (CPU: 0, 0) */
+} lh_k_mem_stats;
+LH_EXPORT void lh_k_mem_stats_get(const lh_kctx *ctx, lh_k_mem_stats *out);
+
+/* dst = src, same dtype and shape, contiguous; each on the CPU or on the context's device (any
+ * direction). A copy that ends in host memory waits for the data; one from host memory is
+ * staged through pinned memory, so src may be reused when the call returns. */
+LH_EXPORT lh_status lh_k_copy(lh_kctx *ctx, lh_tensor *dst, const lh_tensor *src);
+/* dst rows i = src rows rows[i] for i < n: src [R, D], dst [n, D], f32, on the context's
+ * device; rows (host) in [0, R). */
+LH_EXPORT lh_status lh_k_gather_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *rows,
+                                     int64_t n, lh_tensor *dst);
+/* Waits until everything queued on ctx is done; reports a deferred device fault. CPU: no-op. */
+LH_EXPORT lh_status lh_k_sync(lh_kctx *ctx);
+
+/* CUDA graphs. A graph records the kernels one piece of host code queues (a decode step) and
+ * replays them with one launch. Use:
+ *     lh_k_graph_begin(ctx, g);  ...the same kernel calls as always...;  lh_k_graph_end(ctx, g, &rerun);
+ * The first time (or after the context's buffers moved) begin starts a stream capture and end
+ * instantiates the graph and launches it. Later, begin starts a dry run: the kernel calls check
+ * their arguments and stage their host-side inputs (positions, tables...) as always but launch
+ * nothing, and end launches the recorded graph, whose copies pick up the freshly staged inputs.
+ * A dry run whose calls differ from the recording (another launch configuration or argument;
+ * nothing is executed then) sets *rerun: the caller repeats the same calls between a new
+ * begin/end pair, which captures afresh. Between begin and end no call may wait for the device
+ * (argmax, sampling, downloads, lh_k_sync: LH_E_USAGE). After a failed call inside, call
+ * lh_k_graph_abort. CPU contexts: LH_E_UNSUPPORTED. */
+typedef struct lh_k_graph lh_k_graph;
+LH_EXPORT lh_status lh_k_graph_create(lh_kctx *ctx, lh_k_graph **out);
+LH_EXPORT lh_status lh_k_graph_begin(lh_kctx *ctx, lh_k_graph *g);
+LH_EXPORT lh_status lh_k_graph_end(lh_kctx *ctx, lh_k_graph *g, bool *rerun);
+LH_EXPORT void lh_k_graph_abort(lh_kctx *ctx, lh_k_graph *g);
+/* Captures and replays so far (either pointer may be NULL). */
+LH_EXPORT void lh_k_graph_counts(const lh_k_graph *g, int64_t *captures, int64_t *replays);
+LH_EXPORT void lh_k_graph_free(lh_k_graph *g);
 
 #ifdef __cplusplus
 }

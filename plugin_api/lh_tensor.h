@@ -1,9 +1,9 @@
 /* llmhost plugin SDK: tensors as the kernel library sees them.
  *
  * A tensor is a view: dtype, shape, strides (in elements) and a data pointer on a device. It
- * owns nothing; whoever allocated `data` frees it. Kernels dispatch on `device`, so the same
- * call works for CPU and (in a later release) CUDA tensors; a kernel asked to work on a
- * device it has no implementation for returns LH_E_UNSUPPORTED naming both. */
+ * owns nothing; whoever allocated `data` frees it. A kernel runs on its context's device
+ * (lh_kernels.h) and takes tensors on that device only: a tensor on another device is
+ * LH_E_USAGE naming both (move it with lh_k_copy). */
 #ifndef LH_TENSOR_H
 #define LH_TENSOR_H
 

@@ -5,7 +5,12 @@
 #include "core/strutil.h"
 #include "runtime/kv_cache.h"
 
+#include "lh_kernels.h"
+
+#include <dirent.h>
+#include <math.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +43,127 @@ void lh_attn_choice_free(lh_attn_choice *c)
         json_decref(c->trace);
         memset(c, 0, sizeof *c);
     }
+}
+
+/* ---- the device ----------------------------------------------------------------------- */
+
+/* The ISA the CPU kernels use: only a context knows it (cpuid, LLMHOST_KERNELS_ISA), so one
+ * is made with a single thread and freed. */
+static void cpu_isa_json(json_t *o)
+{
+    lh_kctx *ctx = lh_k_ctx_create(1, (lh_device){LH_DEVICE_CPU, 0});
+    if (ctx) {
+        json_object_set_new(o, "isa", json_string(lh_k_isa_name(lh_k_ctx_isa(ctx))));
+        lh_k_ctx_free(ctx);
+        return;
+    }
+    const char *why = lh_k_last_error(NULL);
+    json_object_set_new(o, "isa", json_null());
+    json_object_set_new(o, "isa_error", json_string(why && *why ? why : "out of memory"));
+}
+
+/* A fixed-size text from the kernel library as a JSON string: cut at its end even when the
+ * library filled every byte, and printable ASCII only (jansson refuses invalid UTF-8). */
+static json_t *fixed_str(const char *src, size_t cap)
+{
+    char buf[256];
+    size_t n = 0;
+    for (; n < cap && n + 1 < sizeof buf && src[n]; n++)
+        buf[n] = src[n] >= 0x20 && src[n] < 0x7f ? src[n] : '?';
+    buf[n] = '\0';
+    return json_string(buf);
+}
+
+static json_t *cuda_info_json(int index, const lh_k_device_info *in)
+{
+    char cc[32];
+    snprintf(cc, sizeof cc, "%d.%d", in->cc_major, in->cc_minor);
+    json_t *o = json_pack("{s:i,s:o,s:s,s:i,s:I,s:I,s:f,s:o}", "index", index, "name",
+                          fixed_str(in->name, sizeof in->name), "compute_capability", cc,
+                          "sm_count", in->sm_count, "total_bytes", (json_int_t)in->total_bytes,
+                          "free_bytes", (json_int_t)in->free_bytes, "bandwidth_gbs",
+                          isfinite(in->bandwidth_gbs) ? in->bandwidth_gbs : 0.0, "kernels",
+                          fixed_str(in->kernels, sizeof in->kernels));
+    return o;
+}
+
+json_t *lh_devices_json(void)
+{
+    json_t *cpu = json_object();
+    if (cpu)
+        cpu_isa_json(cpu);
+    const int n = lh_k_cuda_device_count();
+    json_t *devs = json_array();
+    for (int i = 0; devs && i < n; i++) {
+        lh_k_device_info info;
+        memset(&info, 0, sizeof info);
+        if (lh_k_cuda_device_info(i, &info) == LH_OK)
+            json_array_append_new(devs, cuda_info_json(i, &info));
+        else
+            json_array_append_new(devs, json_pack("{s:i,s:s}", "index", i, "error",
+                                                  lh_k_last_error(NULL)));
+    }
+    const char *why = lh_k_cuda_unavailable_reason();
+    json_t *cuda = json_pack("{s:b,s:i,s:o,s:o}", "built", lh_k_cuda_built(), "device_count", n,
+                             "unavailable", n > 0 ? json_null() : json_string(why ? why : ""),
+                             "devices", devs);
+    return json_pack("{s:o,s:o}", "cpu", cpu, "cuda", cuda);
+}
+
+/* lh_run_resolve_device, once, with what explain shows of the result. Runs before any plugin
+ * loads, so a CUDA device that is not there costs nothing. */
+static lh_status decide_device(const lh_run_config *rc, lh_attn_choice *out, lh_err *err)
+{
+    char why[1200], req[48], res[48], origin[1024], gorigin[1024];
+    lh_status st = lh_run_resolve_device(rc, &out->device, why, sizeof why, err);
+    if (st != LH_OK)
+        return st;
+    const bool cuda = out->device.kind == LH_DEVICE_CUDA;
+    lh_value_origin_str(rc, rc->device_origin, origin, sizeof origin);
+    json_t *d = json_pack("{s:s,s:s,s:s,s:s,s:i,s:s}", "requested",
+                          lh_run_device_str(rc, req, sizeof req), "origin", origin, "resolved",
+                          lh_device_str(out->device, res, sizeof res), "kind",
+                          cuda ? "cuda" : "cpu", "index", out->device.index, "reason", why);
+    if (!d)
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    /* CUDA was probed (auto or cuda asked); an explicit cpu leaves the driver alone */
+    if (rc->device_auto || cuda) {
+        const int n_cuda = lh_k_cuda_device_count();
+        const char *unavailable = lh_k_cuda_unavailable_reason();
+        json_object_set_new(d, "cuda_device_count", json_integer(n_cuda));
+        json_object_set_new(d, "cuda_unavailable", n_cuda > 0 ? json_null()
+                                                   : json_string(unavailable ? unavailable : ""));
+    }
+    if (cuda) {
+        lh_k_device_info info;
+        memset(&info, 0, sizeof info);
+        if (lh_k_cuda_device_info(out->device.index, &info) != LH_OK) {
+            json_decref(d);
+            return lh_err_set(err, LH_E_UNSUPPORTED, "device %s (%s): %s", res, why,
+                              lh_k_last_error(NULL));
+        }
+        json_t *ci = cuda_info_json(out->device.index, &info);
+        json_object_update(d, ci);
+        json_decref(ci);
+    } else {
+        cpu_isa_json(d);
+    }
+    lh_value_origin_str(rc, rc->cuda_graphs_origin, gorigin, sizeof gorigin);
+    out->cuda_graphs = cuda && rc->cuda_graphs;
+    char reason[1200];
+    if (!cuda)
+        snprintf(reason, sizeof reason, "off (device cpu)");
+    else if (!rc->cuda_graphs)
+        snprintf(reason, sizeof reason, "off: not requested (cuda_graphs: false, from %s); "
+                 "every kernel of a decode step is launched on its own", gorigin);
+    else
+        snprintf(reason, sizeof reason, "on (cuda_graphs: true, from %s): a decode step is "
+                 "captured once per shape and replayed as one CUDA graph", gorigin);
+    json_object_set_new(d, "cuda_graphs",
+                        json_pack("{s:b,s:s,s:b,s:s}", "requested", rc->cuda_graphs, "origin",
+                                  gorigin, "on", out->cuda_graphs, "reason", reason));
+    json_object_set_new(out->trace, "device", d);
+    return LH_OK;
 }
 
 /* the run config's spelling (float32, bfloat16, float16, fp8_e4m3) */
@@ -121,6 +247,45 @@ static void decide_sparse(const lh_run_config *rc, lh_attn_choice *out)
                                   reason));
 }
 
+/* The bytes of the checkpoint's *.safetensors files in dir (the weights a device run uploads as
+ * stored); 0 when none can be read. */
+static uint64_t checkpoint_bytes(const char *dir)
+{
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d)
+        return 0;
+    uint64_t total = 0;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d)) != NULL) {
+        const size_t n = strlen(e->d_name);
+        struct stat st;
+        if (n > 12 && strcmp(e->d_name + n - 12, ".safetensors") == 0 &&
+            (size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < sizeof path &&
+            stat(path, &st) == 0 && S_ISREG(st.st_mode))
+            total += (uint64_t)st.st_size;
+    }
+    closedir(d);
+    return total;
+}
+
+/* On a CUDA device kv_cache.memory_fraction is a share of what the device will have left once
+ * the weights are uploaded: its free memory now minus the checkpoint's bytes. */
+static lh_status device_budget(const lh_attn_choice *out, const lh_model_config *cfg,
+                               lh_kv_mem_budget *b, lh_err *err)
+{
+    lh_k_device_info info;
+    if (lh_k_cuda_device_info(out->device.index, &info) != LH_OK)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "kv_cache.memory_fraction: %s",
+                          lh_k_last_error(NULL));
+    const uint64_t weights = checkpoint_bytes(cfg->dir);
+    const uint64_t fr = info.free_bytes > 0 ? (uint64_t)info.free_bytes : 0;
+    b->bytes = fr > weights ? fr - weights : 0;
+    snprintf(b->what, sizeof b->what, "cuda:%d free memory after %.2f GiB of weights",
+             out->device.index, (double)weights / 1073741824.0);
+    return LH_OK;
+}
+
 /* The KV cache the run will have: the host's block pool for LH_ATTN_CAP_PAGED_KV backends
  * (lh_kv_plan_compute, once: the engine allocates exactly this plan), else the backend's own
  * contiguous f32 cache growing to max_seq_len per sequence. */
@@ -132,9 +297,18 @@ static lh_status decide_kv(const lh_run_config *rc, const lh_model_config *cfg,
     json_t *kv;
     if (out->caps & LH_ATTN_CAP_PAGED_KV) {
         lh_kv_plan *pl = &out->kv_plan;
+        lh_kv_mem_budget budget;
+        const bool on_device = out->device.kind == LH_DEVICE_CUDA &&
+                               rc->kv_cache.max_tokens <= 0 && rc->kv_cache.memory_fraction > 0;
+        if (on_device) {
+            lh_status st = device_budget(out, cfg, &budget, err);
+            if (st != LH_OK)
+                return st;
+        }
         lh_status st = lh_kv_plan_compute(&rc->kv_cache, g->num_hidden_layers,
                                           g->num_key_value_heads, g->head_dim, rc->sparse.enabled,
-                                          out->max_seq_len, seqs, pl, err);
+                                          out->max_seq_len, seqs, on_device ? &budget : NULL, pl,
+                                          err);
         if (st != LH_OK)
             return st;
         out->has_kv_plan = true;
@@ -300,9 +474,13 @@ lh_status lh_select_attention_backend(lh_registry *reg, const lh_run_config *rc,
     out->trace = json_object();
     if (!out->trace)
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
-    lh_registry_lock(reg);
-    lh_status st = select_locked(reg, rc, cfg, out, err);
-    lh_registry_unlock(reg);
+    /* the device first: nothing else is worth doing on a device that is not there */
+    lh_status st = decide_device(rc, out, err);
+    if (st == LH_OK) {
+        lh_registry_lock(reg);
+        st = select_locked(reg, rc, cfg, out, err);
+        lh_registry_unlock(reg);
+    }
     if (st != LH_OK)
         lh_attn_choice_free(out);
     return st;

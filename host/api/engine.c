@@ -30,6 +30,7 @@ struct lh_engine {
     lh_resolution res;
     lh_model *model;
     lh_kctx *kctx;
+    lh_device device; /* where the model runs (lh_run_resolve_device) */
     lh_decoder dec;
     bool dec_ready;
     lh_generate_stats last; /* the last generate call's timings (lh_engine_last_stats) */
@@ -49,6 +50,28 @@ void lh_engine_close(lh_engine *e)
     lh_run_config_free(&e->rc);
     lh_generation_config_free(&e->gen);
     free(e);
+}
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* The kernel context on the resolved device. A CUDA context queues work on its stream, so
+ * the thread count means nothing there: 1. */
+static lh_status create_kctx(lh_engine *e, int n_threads, lh_err *err)
+{
+    const bool cuda = e->device.kind == LH_DEVICE_CUDA;
+    e->kctx = lh_k_ctx_create(cuda ? 1 : n_threads, e->device);
+    if (e->kctx)
+        return LH_OK;
+    /* the kernel library says why (thread limit, LLMHOST_KERNELS_ISA, the CUDA driver);
+     * silence means OOM */
+    const char *why = lh_k_last_error(NULL);
+    if (cuda)
+        return lh_err_set(err, why[0] ? LH_E_UNSUPPORTED : LH_E_NOMEM,
+                          "cannot create the kernel context on cuda:%d: %s", e->device.index,
+                          why[0] ? why : "out of memory");
+    return lh_err_set(err, why[0] ? LH_E_USAGE : LH_E_NOMEM,
+                      "cannot create the kernel context (%d threads): %s", n_threads,
+                      why[0] ? why : "out of memory");
 }
 
 /* The backend and every decision that follows from it (attn_select.c); the run's knobs that
@@ -111,6 +134,10 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
         snprintf(kv, sizeof kv, "attn_backend=%s", o->attn_backend);
         st = lh_run_config_set(&e->rc, kv, err);
     }
+    /* the device before any weight: a CUDA device that is not there fails here, saying why */
+    char device_why[256] = "";
+    if (st == LH_OK)
+        st = lh_run_resolve_device(&e->rc, &e->device, device_why, sizeof device_why, err);
     /* the backend first: an unknown name fails before any plugin loads */
     lh_attn_runtime attn = {0};
     lh_kv_plan kv_plan;
@@ -138,21 +165,19 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     }
     lh_weight_placement place = e->rc.weight_placement == LH_PLACE_AUTO ? LH_AUTO_PLACEMENT
                                                                       : e->rc.weight_placement;
-    if (st == LH_OK && place == LH_PLACE_HUGE_PAGES)
+    /* host placement matters only where the kernels read host memory: a CUDA run uploads the
+     * weights from the file mapping */
+    if (st == LH_OK && place == LH_PLACE_HUGE_PAGES && e->device.kind == LH_DEVICE_CPU)
         st = lh_model_place_weights_huge(e->model, err);
+    else if (st == LH_OK && place == LH_PLACE_HUGE_PAGES)
+        lh_log(LH_LOG_INFO, "weight_placement=huge_pages: not applied on cuda:%d (the weights "
+               "are uploaded to device memory)", e->device.index);
+    if (st == LH_OK)
+        st = create_kctx(e, o->n_threads, err);
     if (st == LH_OK) {
-        lh_device cpu = {LH_DEVICE_CPU, 0};
-        e->kctx = lh_k_ctx_create(o->n_threads, cpu);
-        /* the kernel library says why (thread limit, LLMHOST_KERNELS_ISA); silence means OOM */
-        const char *why = e->kctx ? "" : lh_k_last_error(NULL);
-        if (!e->kctx)
-            st = lh_err_set(err, why[0] ? LH_E_USAGE : LH_E_NOMEM,
-                            "cannot create the kernel context (%d threads): %s", o->n_threads,
-                            why[0] ? why : "out of memory");
-    }
-    if (st == LH_OK) {
+        attn.cuda_graphs = e->rc.cuda_graphs;
         st = lh_decoder_init(&e->dec, e->model, e->cfg, &attn, max_seq, e->rc.max_batch_size,
-                             err);
+                             e->kctx, err);
         e->dec_ready = st == LH_OK;
     }
     if (st != LH_OK) {
@@ -160,9 +185,23 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
         lh_engine_close(e);
         return st;
     }
-    lh_log(LH_LOG_INFO, "engine: %s via %s, %d threads (%s kernels)", e->res.resolved,
-           e->res.entry->module->path, lh_k_ctx_threads(e->kctx),
-           lh_k_isa_name(lh_k_ctx_isa(e->kctx)));
+    if (e->device.kind == LH_DEVICE_CUDA) {
+        lh_k_device_info info = {0};
+        if (lh_k_cuda_device_info(e->device.index, &info) != LH_OK)
+            snprintf(info.name, sizeof info.name, "unknown");
+        lh_k_mem_stats ms = {0};
+        lh_k_mem_stats_get(e->kctx, &ms);
+        lh_log(LH_LOG_INFO, "engine: %s via %s on cuda:%d (%s); weights %.2f GiB, device "
+               "memory %.2f GiB in use, %.2f GiB free; cuda graphs %s; device: %s",
+               e->res.resolved, e->res.entry->module->path, e->device.index, info.name,
+               (double)e->dec.weight_bytes / GIB, (double)ms.in_use / GIB,
+               (double)ms.device_free / GIB, e->dec.graphs ? "on" : "off",
+               device_why[0] ? device_why : "asked for");
+    } else {
+        lh_log(LH_LOG_INFO, "engine: %s via %s on cpu, %d threads (%s kernels); device: %s",
+               e->res.resolved, e->res.entry->module->path, lh_k_ctx_threads(e->kctx),
+               lh_k_isa_name(lh_k_ctx_isa(e->kctx)), device_why[0] ? device_why : "asked for");
+    }
     *out = e;
     return LH_OK;
 }
@@ -191,6 +230,27 @@ lh_status lh_engine_logits(lh_engine *e, const int32_t *tokens, int64_t n, float
     return lh_sequence_logits(&e->dec, e->kctx, tokens, n, out, err);
 }
 
+/* What one generate call did with CUDA graphs (counts since c0 / r0), for --verbose runs. */
+static void log_graph_counts(const lh_engine *e, int64_t c0, int64_t r0)
+{
+    if (!e->dec.graphs)
+        return;
+    int64_t c, r;
+    lh_decoder_graph_counts(&e->dec, &c, &r);
+    lh_log(LH_LOG_INFO, "cuda graphs: %lld capture%s, %lld replay%s", (long long)(c - c0),
+           c - c0 == 1 ? "" : "s", (long long)(r - r0), r - r0 == 1 ? "" : "s");
+}
+
+void lh_engine_graph_counts(const lh_engine *e, int64_t *captures, int64_t *replays)
+{
+    lh_decoder_graph_counts(e && e->dec_ready ? &e->dec : NULL, captures, replays);
+}
+
+lh_device lh_engine_device(const lh_engine *e)
+{
+    return e ? e->device : (lh_device){LH_DEVICE_CPU, 0};
+}
+
 lh_status lh_engine_generate_greedy(lh_engine *e, const int32_t *const *prompts,
                                     const int64_t *lens, int64_t n_seqs, int64_t max_new,
                                     int32_t *out, lh_err *err)
@@ -200,8 +260,12 @@ lh_status lh_engine_generate_greedy(lh_engine *e, const int32_t *const *prompts,
         e->last = (lh_generate_stats){0};
     if (!e || !prompts || !lens || (!out && max_new > 0))
         return lh_err_set(err, LH_E_USAGE, "lh_engine_generate_greedy: NULL argument");
-    return lh_generate_greedy(&e->dec, e->kctx, prompts, lens, n_seqs, max_new, out, &e->last,
-                              err);
+    int64_t c0, r0;
+    lh_decoder_graph_counts(&e->dec, &c0, &r0);
+    lh_status st = lh_generate_greedy(&e->dec, e->kctx, prompts, lens, n_seqs, max_new, out,
+                                      &e->last, err);
+    log_graph_counts(e, c0, r0);
+    return st;
 }
 
 lh_status lh_engine_generation_defaults(const lh_engine *e, lh_generate_params *out,
@@ -239,8 +303,12 @@ lh_status lh_engine_generate(lh_engine *e, const lh_generate_params *params,
     if (!e || !params || !prompts || !lens || !out_lens ||
         (!out && (params->struct_size < sizeof *params || params->max_new_tokens > 0)))
         return lh_err_set(err, LH_E_USAGE, "lh_engine_generate: NULL argument");
-    return lh_generate(&e->dec, e->kctx, params, prompts, lens, n_seqs, out, out_lens, stop,
-                       &e->last, err);
+    int64_t c0, r0;
+    lh_decoder_graph_counts(&e->dec, &c0, &r0);
+    lh_status st = lh_generate(&e->dec, e->kctx, params, prompts, lens, n_seqs, out, out_lens,
+                               stop, &e->last, err);
+    log_graph_counts(e, c0, r0);
+    return st;
 }
 
 lh_status lh_engine_last_stats(const lh_engine *e, lh_generate_stats *out, lh_err *err)

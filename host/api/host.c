@@ -219,6 +219,7 @@ lh_status lh_host_backends_json(lh_host *h, char **json_out, lh_err *err)
         json_decref(j);
         return st;
     }
+    json_object_set_new(j, "devices", lh_devices_json()); /* attn_select.h */
     return dump(j, json_out, err);
 }
 

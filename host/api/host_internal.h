@@ -21,5 +21,9 @@ struct lh_decoder;
 struct lh_kctx;
 struct lh_decoder *lh_engine_decoder(lh_engine *e);
 struct lh_kctx *lh_engine_kctx(lh_engine *e);
+/* CUDA graph captures and replays of decode steps since the engine opened (0 and 0 when it
+ * runs without graphs), and the device it runs on. */
+void lh_engine_graph_counts(const lh_engine *e, int64_t *captures, int64_t *replays);
+lh_device lh_engine_device(const lh_engine *e);
 
 #endif

@@ -45,6 +45,7 @@ enum {
     OPT_TEXT_FILE,
     OPT_NO_SPECIAL,
     OPT_CHAT,
+    OPT_DEVICE,
 };
 
 static const struct option options[] = {
@@ -87,6 +88,7 @@ static const struct option options[] = {
     {"text-file", required_argument, NULL, OPT_TEXT_FILE},
     {"no-special", no_argument, NULL, OPT_NO_SPECIAL},
     {"chat", no_argument, NULL, OPT_CHAT},
+    {"device", required_argument, NULL, OPT_DEVICE},
     {NULL, 0, NULL, 0},
 };
 
@@ -221,6 +223,7 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
         case OPT_ATTN_BACKEND: rc = add_override(a, "attn-backend", optarg); break;
         case OPT_ATTN_FALLBACK: rc = add_override(a, "attn-backend-fallback", "true"); break;
         case OPT_WEIGHT_PLACEMENT: rc = add_override(a, "weight-placement", optarg); break;
+        case OPT_DEVICE: rc = add_override(a, "device", optarg); break;
         case OPT_SET: { /* any run-config override KEY=VALUE (lh_run_config_set checks it) */
             const char *eq = strchr(optarg, '=');
             if (!eq || eq == optarg) {

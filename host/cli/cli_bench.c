@@ -9,6 +9,16 @@
  * where N is -n (new tokens per sequence). With N = 1 there is no decode step and the decode
  * figures are null (JSON) / "-" (text).
  *
+ * On a CUDA device each cell also gets the memory-bandwidth bound of decode: a decode step
+ * reads every weight it multiplies by (all of them but an untied embedding table, of which it
+ * gathers B rows) and, per sequence, the KV cache of every position it attends to; the
+ * sequences of a cell attend to C + 1 ... C + N - 1 positions over the N - 1 steps, C + N/2
+ * on average. So
+ *   bytes/step  = weight bytes read + B x (C + N/2) x KV bytes per token
+ *   bound tok/s = B x bandwidth / bytes/step
+ * with the device's theoretical peak bandwidth: no decode can be faster. The CPU has no such
+ * figure (its bandwidth is not known to the kernel library), so its rows have none.
+ *
  * One engine serves every cell: unless the run config sets them, bench sets max_seq_len to
  * the longest context + N - 1 (the last new token is never fed back) and max_batch_size to
  * the largest batch. Prompts are deterministic pseudo-random ids inside the vocabulary, a fixed
@@ -36,8 +46,8 @@
 
 static const char bench_help[] =
     "usage: llmhost bench MODEL [--attn-backend NAME] [--context N[,N...]] [--batch B[,B...]]\n"
-    "       [-n STEPS] [--warmup W] [--threads N] [--json] [--config FILE.yaml]\n"
-    "       [run-config flags, e.g. --set KEY=VALUE]\n"
+    "       [-n STEPS] [--warmup W] [--threads N] [--device auto|cpu|cuda[:N]] [--json]\n"
+    "       [--config FILE.yaml] [run-config flags, e.g. --set KEY=VALUE]\n"
     "Prefill and decode throughput of greedy generation for every (context, batch) cell: B\n"
     "synthetic prompts of C tokens each (deterministic ids inside the vocabulary, different per\n"
     "sequence) are prefilled in one packed step, then decoded for STEPS new tokens each.\n"
@@ -46,18 +56,25 @@ static const char bench_help[] =
     "  -n STEPS             new tokens per sequence, >= 1 (default 32): the first comes from the\n"
     "                       prefill, the other STEPS-1 from one decode step each\n"
     "  --warmup W           untimed runs of each cell before the timed one, 0-100 (default 1)\n"
+    "  --device D           auto (default: cuda:0 when a CUDA device is usable), cpu, cuda[:N]\n"
     "Reported per cell, from the library's timings (lh_engine_last_stats, CLOCK_MONOTONIC):\n"
     "  prefill tok/s = batch x context / (prefill step + first greedy choice)\n"
     "  decode tok/s  = batch x (STEPS-1) / (the STEPS-1 decode steps)\n"
     "  ms/step       = time of the decode steps / (STEPS-1), in milliseconds\n"
-    "(decode figures are '-' / null when STEPS is 1). One engine serves every cell; unless the\n"
-    "run config sets them, max_seq_len is the longest context + STEPS - 1 and max_batch_size the\n"
-    "largest batch. Without --max-seq-len (or max_seq_len in the run config) a\n"
-    "context + STEPS - 1 beyond the model's own length is refused.\n"
-    "--json prints one object: model, architecture, backend, threads, steps, warmup, contexts,\n"
-    "batches, max_seq_len, max_batch_size, and cells: [{context, batch, prefill_tokens,\n"
+    "(decode figures are '-' / null when STEPS is 1). On a CUDA device two more columns: the\n"
+    "memory-bandwidth bound of decode and the share of it reached:\n"
+    "  bytes/step  = weight bytes read + batch x (context + STEPS/2) x KV bytes per token\n"
+    "  bound tok/s = batch x peak bandwidth / bytes/step   (an untied embedding is not read)\n"
+    "One engine serves every cell; unless the run config sets them, max_seq_len is the longest\n"
+    "context + STEPS - 1 and max_batch_size the largest batch. Without --max-seq-len (or\n"
+    "max_seq_len in the run config) a context + STEPS - 1 beyond the model's own length is\n"
+    "refused.\n"
+    "--json prints one object: model, architecture, backend, device (explain's device\n"
+    "section), threads, steps, warmup, contexts, batches, max_seq_len, max_batch_size,\n"
+    "weight_bytes_per_step, kv_bytes_per_token, and cells: [{context, batch, prefill_tokens,\n"
     "prefill_seconds, prefill_tok_s, decode_steps, decode_tokens, decode_seconds, decode_tok_s,\n"
-    "ms_per_step}] in --context-major order.\n";
+    "ms_per_step, decode_bytes_per_step, decode_bound_tok_s}] in --context-major order (the\n"
+    "last two null off CUDA or without decode steps).\n";
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
@@ -153,6 +170,49 @@ typedef struct bench_cell {
     lh_generate_stats st;
 } bench_cell;
 
+/* What the bandwidth bound needs, from explain; bandwidth_gbs 0 off CUDA. */
+typedef struct bench_roofline {
+    double bandwidth_gbs;
+    double weight_bytes; /* read by one decode step */
+    double kv_bytes_per_token;
+} bench_roofline;
+
+static bench_roofline roofline_from_plan(const json_t *plan)
+{
+    bench_roofline r = {0};
+    const json_t *attn = json_object_get(plan, "attention");
+    const json_t *dev = json_object_get(attn, "device");
+    const json_t *groups = json_object_get(plan, "groups");
+    double emb = (double)json_integer_value(
+        json_object_get(json_object_get(groups, "embedding"), "bytes"));
+    double head = (double)json_integer_value(
+        json_object_get(json_object_get(groups, "lm_head"), "bytes"));
+    r.weight_bytes = (double)json_integer_value(json_object_get(plan, "weight_bytes"));
+    /* an untied embedding is gathered (B rows), not read; a tied one is the output layer */
+    if (head > 0 && emb <= r.weight_bytes)
+        r.weight_bytes -= emb;
+    r.kv_bytes_per_token = (double)json_integer_value(
+        json_object_get(json_object_get(attn, "kv_cache"), "bytes_per_token"));
+    const char *kind = json_string_value(json_object_get(dev, "kind"));
+    if (kind && strcmp(kind, "cuda") == 0)
+        r.bandwidth_gbs = json_number_value(json_object_get(dev, "bandwidth_gbs"));
+    return r;
+}
+
+/* Bytes one decode step of the cell moves at least, and the tok/s that allows; NAN when there
+ * is no bound (no CUDA device, no decode step). */
+static void roofline_cell(const bench_roofline *r, const bench_cell *c, int64_t steps,
+                          double *bytes, double *bound)
+{
+    *bytes = *bound = NAN;
+    if (!(r->bandwidth_gbs > 0) || steps < 2)
+        return;
+    *bytes = r->weight_bytes +
+             (double)c->batch * ((double)c->context + (double)steps / 2.0) * r->kv_bytes_per_token;
+    if (*bytes > 0)
+        *bound = (double)c->batch * r->bandwidth_gbs * 1e9 / *bytes;
+}
+
 static double rate(double n, double secs)
 {
     return secs > 0 && n > 0 ? n / secs : NAN;
@@ -200,7 +260,8 @@ static int run_cell(lh_engine *e, long context, long batch, int64_t steps, long 
     return rc;
 }
 
-static void print_row(const char *backend, long threads, const bench_cell *c)
+static void print_row(const char *backend, long threads, const bench_cell *c,
+                      const bench_roofline *r, int64_t steps)
 {
     double p = rate((double)c->st.prefill_tokens, c->st.prefill_seconds);
     double d = rate((double)c->st.decode_tokens, c->st.decode_seconds);
@@ -213,16 +274,29 @@ static void print_row(const char *backend, long threads, const bench_cell *c)
         snprintf(ds, sizeof ds, "%.1f", d);
     if (isfinite(ms))
         snprintf(mss, sizeof mss, "%.3f", ms);
-    printf("%-10s %7ld %8ld %6ld %14s %13s %9s\n", backend, threads, c->context, c->batch, ps, ds,
+    printf("%-10s %7ld %8ld %6ld %14s %13s %9s", backend, threads, c->context, c->batch, ps, ds,
            mss);
+    if (r->bandwidth_gbs > 0) {
+        double bytes, bound;
+        roofline_cell(r, c, steps, &bytes, &bound);
+        char bs[32] = "-", share[32] = "-";
+        if (isfinite(bound))
+            snprintf(bs, sizeof bs, "%.1f", bound);
+        if (isfinite(bound) && isfinite(d))
+            snprintf(share, sizeof share, "%.1f%%", 100.0 * d / bound);
+        printf(" %12s %9s", bs, share);
+    }
+    printf("\n");
     fflush(stdout);
 }
 
-static json_t *cell_json(const bench_cell *c)
+static json_t *cell_json(const bench_cell *c, const bench_roofline *r, int64_t steps)
 {
     const lh_generate_stats *s = &c->st;
     double ms = s->decode_steps > 0 ? 1e3 * s->decode_seconds / (double)s->decode_steps : NAN;
-    return json_pack("{s:I,s:I,s:I,s:f,s:o,s:I,s:I,s:f,s:o,s:o}", "context",
+    double bytes, bound;
+    roofline_cell(r, c, steps, &bytes, &bound);
+    return json_pack("{s:I,s:I,s:I,s:f,s:o,s:I,s:I,s:f,s:o,s:o,s:o,s:o}", "context",
                      (json_int_t)c->context, "batch", (json_int_t)c->batch, "prefill_tokens",
                      (json_int_t)s->prefill_tokens, "prefill_seconds", s->prefill_seconds,
                      "prefill_tok_s",
@@ -230,7 +304,27 @@ static json_t *cell_json(const bench_cell *c)
                      "decode_steps", (json_int_t)s->decode_steps, "decode_tokens",
                      (json_int_t)s->decode_tokens, "decode_seconds", s->decode_seconds,
                      "decode_tok_s", num_or_null(rate((double)s->decode_tokens, s->decode_seconds)),
-                     "ms_per_step", num_or_null(ms));
+                     "ms_per_step", num_or_null(ms), "decode_bytes_per_step",
+                     num_or_null(bytes), "decode_bound_tok_s", num_or_null(bound));
+}
+
+/* The line above the table: the device explain decided on, and for CUDA the bound's inputs. */
+static void print_device_line(const json_t *d, const bench_roofline *r, int64_t steps)
+{
+    if (!d)
+        return;
+    if (strcmp(jstr(d, "kind"), "cuda") == 0) {
+        const bool graphs = json_is_true(json_object_get(json_object_get(d, "cuda_graphs"), "on"));
+        printf("device: %s %s (compute capability %s, %.0f GB/s peak; kernels %s), cuda graphs "
+               "%s; %s\n", jstr(d, "resolved"), jstr(d, "name"), jstr(d, "compute_capability"),
+               r->bandwidth_gbs, jstr(d, "kernels"), graphs ? "on" : "off", jstr(d, "reason"));
+        printf("decode bound: batch x %.0f GB/s / (%.0f weight bytes + batch x (context + "
+               "%lld/2) x %.0f KV bytes per token)\n", r->bandwidth_gbs, r->weight_bytes,
+               (long long)steps, r->kv_bytes_per_token);
+    } else {
+        const char *isa = json_string_value(json_object_get(d, "isa"));
+        printf("device: cpu (%s kernels; %s)\n", isa ? isa : "unknown", jstr(d, "reason"));
+    }
 }
 
 static json_t *list_json(const long *v, size_t n)
@@ -346,6 +440,11 @@ int lh_cli_bench(const lh_cli_args *a)
         rc = report(&err);
     const json_t *attn = plan ? json_object_get(plan, "attention") : NULL;
     const char *backend = jstr(attn, "normalized");
+    const json_t *device = json_object_get(attn, "device");
+    const bench_roofline roof = roofline_from_plan(plan);
+    /* a CUDA context queues work on its stream: the engine gives it one thread */
+    if (strcmp(jstr(device, "kind"), "cuda") == 0)
+        threads = 1;
     if (rc == 0 && !(cells = calloc(n_ctx * n_batch, sizeof *cells))) {
         fprintf(stderr, "llmhost: error [out-of-memory]: bench: out of memory\n");
         rc = LH_E_NOMEM;
@@ -356,8 +455,12 @@ int lh_cli_bench(const lh_cli_args *a)
                a->model, jstr(plan, "resolved_architecture"), backend, (long long)steps,
                steps == 1 ? "" : "s", (long long)(steps - 1), steps == 2 ? "" : "s", warmup,
                warmup == 1 ? "" : "s");
-        printf("%-10s %7s %8s %6s %14s %13s %9s\n", "backend", "threads", "context", "batch",
+        print_device_line(device, &roof, steps);
+        printf("%-10s %7s %8s %6s %14s %13s %9s", "backend", "threads", "context", "batch",
                "prefill tok/s", "decode tok/s", "ms/step");
+        if (roof.bandwidth_gbs > 0)
+            printf(" %12s %9s", "bound tok/s", "of bound");
+        printf("\n");
         fflush(stdout);
     }
     size_t done = 0;
@@ -368,19 +471,22 @@ int lh_cli_bench(const lh_cli_args *a)
                 break;
             done++;
             if (!a->json)
-                print_row(backend, threads, cell);
+                print_row(backend, threads, cell, &roof, steps);
         }
     if (rc == 0 && a->json) {
         json_t *arr = json_array();
         for (size_t i = 0; arr && i < done; i++)
-            json_array_append_new(arr, cell_json(&cells[i]));
-        out = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:I,s:I,s:o}", "model", a->model,
-                        "architecture", jstr(plan, "resolved_architecture"), "backend", backend,
+            json_array_append_new(arr, cell_json(&cells[i], &roof, steps));
+        out = json_pack("{s:s,s:s,s:s,s:O,s:I,s:I,s:I,s:o,s:o,s:I,s:I,s:f,s:f,s:o}", "model",
+                        a->model, "architecture", jstr(plan, "resolved_architecture"), "backend",
+                        backend, "device", device ? device : json_null(),
                         "threads", (json_int_t)threads, "steps", (json_int_t)steps, "warmup",
                         (json_int_t)warmup, "contexts", list_json(contexts, n_ctx), "batches",
                         list_json(batches, n_batch), "max_seq_len",
                         (json_int_t)lh_engine_max_seq_len(e), "max_batch_size",
-                        (json_int_t)lh_engine_max_batch_size(e), "cells", arr);
+                        (json_int_t)lh_engine_max_batch_size(e), "weight_bytes_per_step",
+                        roof.weight_bytes, "kv_bytes_per_token", roof.kv_bytes_per_token,
+                        "cells", arr);
         char *s = out ? json_dumps(out, JSON_INDENT(2)) : NULL;
         if (!s) {
             fprintf(stderr, "llmhost: error [out-of-memory]: bench: cannot format the JSON\n");

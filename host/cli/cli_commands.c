@@ -92,6 +92,82 @@ static void print_trace(const json_t *j)
                jstr(v, "name"), jstr(v, "decision"));
 }
 
+static const char *human_bytes(json_int_t bytes, char *buf, size_t n)
+{
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, n, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+/* One CUDA device of lh_devices_json / the explain trace, on one line. */
+static void print_cuda_device(const json_t *d)
+{
+    char total[32], free_[32];
+    printf("%s, compute capability %s, %lld SMs, %s (%s free), %.0f GB/s; kernels %s",
+           jstr(d, "name"), jstr(d, "compute_capability"),
+           (long long)json_integer_value(json_object_get(d, "sm_count")),
+           human_bytes(json_integer_value(json_object_get(d, "total_bytes")), total,
+                       sizeof total),
+           human_bytes(json_integer_value(json_object_get(d, "free_bytes")), free_,
+                       sizeof free_),
+           json_number_value(json_object_get(d, "bandwidth_gbs")), jstr(d, "kernels"));
+}
+
+/* explain's device section (the attention trace's "device"). */
+static void print_device(const json_t *j)
+{
+    const json_t *d = json_object_get(json_object_get(j, "attention"), "device");
+    if (!d)
+        return;
+    printf("device: %s (%s)\n", jstr(d, "resolved"), jstr(d, "reason"));
+    printf("  requested: %s (from %s)\n", jstr(d, "requested"), jstr(d, "origin"));
+    if (strcmp(jstr(d, "kind"), "cuda") == 0) {
+        printf("  cuda:%lld: ", (long long)json_integer_value(json_object_get(d, "index")));
+        print_cuda_device(d);
+        printf("\n");
+    } else {
+        const char *isa = json_string_value(json_object_get(d, "isa"));
+        if (isa)
+            printf("  kernels: CPU, %s\n", isa);
+        else
+            printf("  kernels: CPU, no kernel context (%s)\n", jstr(d, "isa_error"));
+    }
+    printf("  cuda graphs: %s\n", jstr(json_object_get(d, "cuda_graphs"), "reason"));
+}
+
+/* backends' device list (lh_host_backends_json "devices"). */
+static void print_devices(const json_t *j)
+{
+    const json_t *devs = json_object_get(j, "devices");
+    if (!devs)
+        return;
+    const json_t *cpu = json_object_get(devs, "cpu"), *cuda = json_object_get(devs, "cuda");
+    printf("\ndevices:\n");
+    const char *isa = json_string_value(json_object_get(cpu, "isa"));
+    if (isa)
+        printf("  cpu (%s)\n", isa);
+    else
+        printf("  cpu (no kernel context: %s)\n", jstr(cpu, "isa_error"));
+    size_t i;
+    const json_t *d;
+    if (json_array_size(json_object_get(cuda, "devices")) == 0)
+        printf("  cuda: unavailable (%s)\n", jstr(cuda, "unavailable"));
+    json_array_foreach(json_object_get(cuda, "devices"), i, d) {
+        printf("  cuda:%lld ", (long long)json_integer_value(json_object_get(d, "index")));
+        if (json_is_string(json_object_get(d, "error")))
+            printf("(no information: %s)", jstr(d, "error"));
+        else
+            print_cuda_device(d);
+        printf("\n");
+    }
+}
+
 static void print_attention(const json_t *j)
 {
     const json_t *a = json_object_get(j, "attention");
@@ -210,7 +286,10 @@ int lh_cli_backends(const lh_cli_args *a)
     if (a->help) {
         printf("usage: llmhost backends [--json] [--custom-module-dir DIR]...\n"
                "The capability matrix of every attention backend the indexes offer. Loads the "
-               "attention backend plugins and nothing else.\n\n%s", lh_cli_exit_status_text);
+               "attention backend plugins and nothing else. Then the devices: the CPU with the "
+               "instruction set its kernels use, and each CUDA device (name, compute capability, "
+               "memory, bandwidth, kernels) or why CUDA is unavailable.\n\n%s",
+               lh_cli_exit_status_text);
         return 0;
     }
     if (a->model) {
@@ -249,6 +328,7 @@ int lh_cli_backends(const lh_cli_args *a)
                            : "-");
             printf(" %s (%s)\n", jstr(b, "shared_object"), jstr(b, "origin"));
         }
+        print_devices(j);
         json_decref(j);
     }
     free(text);
@@ -263,10 +343,13 @@ static int resolve_or_explain(const lh_cli_args *a, bool explain)
                "       [--dtype D] [--max-seq-len N] [--max-batch-size N] [--model-impl T[:MODE]]\n"
                "       [--mm-encoder-only] [--quant SCHEME] [--allow-insecure-plugins]\n"
                "       [--attn-backend NAME] [--attn-backend-fallback] [--set KEY=VALUE]...\n"
+               "       [--device auto|cpu|cuda|cuda:N]\n"
                "%s\n%s",
                explain ? "explain" : "resolve",
                explain ? "Resolves MODEL, builds its module tree without allocating weights, and "
-                         "prints the resolution trace and the memory plan.\n"
+                         "prints the resolution trace, the device (which one and why; a CUDA "
+                         "device that is not there is exit 14), the attention backend and the "
+                         "memory plan.\n"
                        : "Resolves MODEL to the plugin that serves it, loading exactly that "
                          "plugin.\n",
                lh_cli_exit_status_text);
@@ -299,6 +382,7 @@ static int resolve_or_explain(const lh_cli_args *a, bool explain)
         print_resolution(j);
         if (explain) {
             print_trace(j);
+            print_device(j);
             print_attention(j);
             print_plan(j);
         }

@@ -84,8 +84,8 @@ static const char run_help[] =
     "       llmhost run MODEL --prompt-tokens IDS [--prompt-tokens IDS]... [-n N] [--json]\n"
     "       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]\n"
     "       [--seed S] [--stop-token-id ID]... [--ignore-eos] [--stop STRING]... [--chat]\n"
-    "       [--verbose] [--threads N] [--attn-backend NAME] [--config FILE.yaml]\n"
-    "       [run-config flags]\n"
+    "       [--verbose] [--threads N] [--attn-backend NAME] [--device auto|cpu|cuda[:N]]\n"
+    "       [--config FILE.yaml] [run-config flags]\n"
     "Generation from token ids (comma-separated), all prompts in one batch (the batch size\n"
     "defaults to the number of prompts). Defaults come from the model's generation_config.json\n"
     "as transformers applies them (do_sample, temperature, top_k, top_p, min_p,\n"
@@ -836,7 +836,7 @@ int lh_cli_run(const lh_cli_args *a)
 
 static const char logits_help[] =
     "usage: llmhost logits MODEL --tokens IDS --out FILE.npy [--threads N] [--attn-backend NAME]\n"
-    "       [--config FILE.yaml] [run-config flags]\n"
+    "       [--device auto|cpu|cuda[:N]] [--config FILE.yaml] [run-config flags]\n"
     "Writes the float32 logits of every position, shape [tokens, vocab], as a NumPy .npy file.\n";
 
 int lh_cli_logits(const lh_cli_args *a)

@@ -8,10 +8,12 @@
 #include "core/fileio.h"
 #include "core/strutil.h"
 
+#include "lh_kernels.h"
 #include "lh_plugin.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +27,7 @@ static const char *const root_keys[] = {"mm_encoder_only", "model_impl",     "dt
                                         "weight_placement", "attn_backend",
                                         "attn_backend_fallback", "kv_cache",
                                         "sparse_attention", "beam_width", "speculative",
-                                        "fused_rope"};
+                                        "fused_rope", "device", "cuda_graphs"};
 static const char *const impl_keys[] = {"target", "mode"};
 static const char *const quant_keys[] = {"scheme", "group_size", "rules", "exclude_modules"};
 static const char *const rule_keys[] = {"pattern", "scheme", "group_size"};
@@ -43,7 +45,8 @@ static const char *const flag_keys[] = {"mm_encoder_only", "model_impl",     "dt
                                         "max_seq_len",     "max_batch_size", "quant",
                                         "weight_placement", "attn_backend",
                                         "attn_backend_fallback", "beam_width", "fused_rope",
-                                        "kv_cache.dtype", "kv_cache.k_dtype", "kv_cache.v_dtype",
+                                        "device", "cuda_graphs", "kv_cache.dtype",
+                                        "kv_cache.k_dtype", "kv_cache.v_dtype",
                                         "kv_cache.memory_fraction", "kv_cache.max_tokens",
                                         "kv_cache.block_size", "kv_cache.layout"};
 
@@ -209,6 +212,71 @@ static bool parse_enum_text(const char *v, const char *const *names, size_t coun
     return true;
 }
 
+#define DEVICE_FORMS "auto, cpu, cuda or cuda:N (N a CUDA device ordinal: 0, 1, ...)"
+
+/* auto | cpu | cuda | cuda:N, case-insensitive; N decimal digits only (no sign, no spaces). */
+static bool parse_device_text(const char *v, bool *is_auto, lh_device *out, char *why, size_t n)
+{
+    lh_device d = {LH_DEVICE_CPU, 0};
+    if (strcasecmp(v, "auto") == 0 || strcasecmp(v, "cpu") == 0) {
+        *is_auto = strcasecmp(v, "auto") == 0;
+        *out = d;
+        return true;
+    }
+    if (strncasecmp(v, "cuda", 4) != 0 || (v[4] != '\0' && v[4] != ':')) {
+        snprintf(why, n, "'%s' is not a device; expected " DEVICE_FORMS, v);
+        return false;
+    }
+    long long idx = 0;
+    if (v[4] == ':') {
+        const char *p = v + 5;
+        bool digits = *p != '\0';
+        for (const char *q = p; *q; q++)
+            if (*q < '0' || *q > '9')
+                digits = false;
+        if (!digits) {
+            snprintf(why, n, "'%s' is not a device: '%s' is not a CUDA device ordinal (a whole "
+                     "number >= 0); expected " DEVICE_FORMS, v, p);
+            return false;
+        }
+        errno = 0;
+        idx = strtoll(p, NULL, 10);
+        if (errno == ERANGE || idx > INT_MAX) {
+            snprintf(why, n, "'%s': the CUDA device ordinal %s is out of range", v, p);
+            return false;
+        }
+    }
+    d.kind = LH_DEVICE_CUDA;
+    d.index = (int)idx;
+    *is_auto = false;
+    *out = d;
+    return true;
+}
+
+const char *lh_device_str(lh_device d, char *buf, size_t n)
+{
+    if (!buf || n == 0)
+        return "";
+    if (d.kind == LH_DEVICE_CUDA)
+        snprintf(buf, n, "cuda:%d", d.index);
+    else if (d.kind == LH_DEVICE_CPU)
+        snprintf(buf, n, "cpu");
+    else
+        snprintf(buf, n, "device-kind-%d", (int)d.kind);
+    return buf;
+}
+
+const char *lh_run_device_str(const lh_run_config *rc, char *buf, size_t n)
+{
+    if (!buf || n == 0)
+        return "";
+    if (!rc || rc->device_auto) {
+        snprintf(buf, n, "auto");
+        return buf;
+    }
+    return lh_device_str(rc->device, buf, n);
+}
+
 /* "auto" for LH_DTYPE_INVALID, else the canonical name. */
 static const char *kv_dtype_str(lh_dtype dt)
 {
@@ -244,6 +312,9 @@ void lh_run_config_init(lh_run_config *rc)
     rc->sparse.local_blocks = 1;
     rc->beam_width = 1;
     rc->fused_rope = true;
+    rc->device = (lh_device){LH_DEVICE_CPU, 0};
+    rc->device_auto = true;
+    rc->cuda_graphs = true;
     rc->quant.scheme = LH_QUANT_NONE;
     rc->quant.group_size = DEFAULT_GROUP_SIZE;
 }
@@ -392,6 +463,17 @@ json_t *lh_run_config_to_json(const lh_run_config *rc)
     bad |= obj_set(o, "value", json_boolean(rc->fused_rope)); /* requested; the backend decides */
     bad |= obj_set(o, "origin", origin_json(rc, rc->fused_rope_origin));
     bad |= obj_set(j, "fused_rope", o);
+
+    char dev[48];
+    o = json_object();
+    bad |= obj_set(o, "value", json_string(lh_run_device_str(rc, dev, sizeof dev)));
+    bad |= obj_set(o, "origin", origin_json(rc, rc->device_origin));
+    bad |= obj_set(j, "device", o);
+
+    o = json_object();
+    bad |= obj_set(o, "value", json_boolean(rc->cuda_graphs)); /* requested; CUDA only */
+    bad |= obj_set(o, "origin", origin_json(rc, rc->cuda_graphs_origin));
+    bad |= obj_set(j, "cuda_graphs", o);
 
     o = json_object();
     bad |= obj_set(o, "value", rc->attn_backend ? json_string(rc->attn_backend) : json_null());
@@ -786,6 +868,22 @@ static lh_status y_model_impl(rc_ctx *c, const lh_ynode *n)
     return LH_OK;
 }
 
+static lh_status y_device(rc_ctx *c, const lh_ynode *n)
+{
+    lh_status st = need_scalar(c, n, "device", "one of " DEVICE_FORMS);
+    if (st)
+        return st;
+    char why[512];
+    bool is_auto;
+    lh_device d;
+    if (!parse_device_text(n->value, &is_auto, &d, why, sizeof why))
+        return yerr(c, n, "device", why);
+    c->rc->device = d;
+    c->rc->device_auto = is_auto;
+    c->rc->device_origin = yorigin(n);
+    return LH_OK;
+}
+
 static lh_status y_dtype(rc_ctx *c, const lh_ynode *n)
 {
     lh_status st = need_scalar(c, n, "dtype", "one of auto, float32, bfloat16, float16");
@@ -1053,6 +1151,13 @@ static lh_status apply_tree(rc_ctx *c, const lh_ynode *root)
             if ((st = y_bool(c, v, k, &rc->fused_rope)))
                 return st;
             rc->fused_rope_origin = yorigin(v);
+        } else if (strcmp(k, "device") == 0) {
+            if ((st = y_device(c, v)))
+                return st;
+        } else if (strcmp(k, "cuda_graphs") == 0) {
+            if ((st = y_bool(c, v, k, &rc->cuda_graphs)))
+                return st;
+            rc->cuda_graphs_origin = yorigin(v);
         }
     }
     return LH_OK;
@@ -1273,6 +1378,22 @@ lh_status lh_run_config_set(lh_run_config *rc, const char *key_eq_value, lh_err 
             return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
         rc->fused_rope = b;
         rc->fused_rope_origin = fo;
+    } else if (strcmp(key, "cuda_graphs") == 0) {
+        bool b;
+        if (strcmp(value, "1") == 0 || strcmp(value, "0") == 0)
+            b = value[0] == '1';
+        else if (!parse_bool_text(value, &b, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        rc->cuda_graphs = b;
+        rc->cuda_graphs_origin = fo;
+    } else if (strcmp(key, "device") == 0) {
+        bool is_auto;
+        lh_device d;
+        if (!parse_device_text(value, &is_auto, &d, why, sizeof why))
+            return lh_err_set(err, LH_E_USAGE, "--%s: %s", flag, why);
+        rc->device = d;
+        rc->device_auto = is_auto;
+        rc->device_origin = fo;
     } else if (strncmp(key, "kv_cache.", 9) == 0) {
         return set_kv_flag(&rc->kv_cache, key + 9, flag, value, err);
     } else { /* quant */
@@ -1520,9 +1641,26 @@ static lh_status rule_mixed_kv(const lh_run_config *rc, lh_err *err)
                                            : "speculative");
 }
 
+/* Only what a struct filled by hand can get wrong: the parsers produce nothing else.
+ * cuda_graphs with device cpu is no error: it is simply unused. */
+static lh_status rule_device(const lh_run_config *rc, lh_err *err)
+{
+    char obuf[1024];
+    if (rc->device_auto)
+        return LH_OK;
+    if (rc->device.kind != LH_DEVICE_CPU && rc->device.kind != LH_DEVICE_CUDA)
+        return lh_err_set(err, LH_E_CONFIG, "device kind %d (from %s) is neither cpu nor cuda; "
+                          "expected " DEVICE_FORMS, (int)rc->device.kind,
+                          ORIGIN(rc, rc->device_origin));
+    if (rc->device.kind == LH_DEVICE_CUDA && rc->device.index < 0)
+        return lh_err_set(err, LH_E_CONFIG, "device cuda:%d (from %s): a CUDA device ordinal is "
+                          ">= 0", rc->device.index, ORIGIN(rc, rc->device_origin));
+    return LH_OK;
+}
+
 static const rc_rule_fn validation_rules[] = {
     rule_model_impl, rule_dtype, rule_sizes, rule_quant, rule_kv_cache, rule_decoding,
-    rule_mixed_kv,
+    rule_mixed_kv, rule_device,
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1763,4 +1901,97 @@ int64_t lh_run_max_seq_len(const lh_run_config *rc, const lh_model_geometry *g)
         n = scaled < (double)INT32_MAX ? (int64_t)scaled : INT32_MAX;
     }
     return n < INT32_MAX ? n : INT32_MAX;
+}
+
+/* Where the device setting came from, as explain and the errors name it. */
+static const char *device_from(const lh_run_config *rc, char *buf, size_t n)
+{
+    switch (rc->device_origin.kind) {
+    case LH_ORIGIN_YAML:
+        snprintf(buf, n, "run config %s:%d:%d", rc->source ? rc->source : "<yaml>",
+                 rc->device_origin.line, rc->device_origin.column);
+        break;
+    case LH_ORIGIN_FLAG:
+        snprintf(buf, n, "--device");
+        break;
+    default:
+        snprintf(buf, n, "default");
+        break;
+    }
+    return buf;
+}
+
+lh_status lh_run_resolve_device(const lh_run_config *rc, lh_device *out, char *why,
+                                size_t why_size, lh_err *err)
+{
+    char scratch[8];
+    if (!why || why_size == 0) {
+        why = scratch;
+        why_size = sizeof scratch;
+    }
+    why[0] = '\0';
+    if (!rc || !out)
+        return lh_err_set(err, LH_E_USAGE, "lh_run_resolve_device: %s is NULL",
+                          rc ? "out" : "rc");
+    *out = (lh_device){LH_DEVICE_CPU, 0};
+    lh_status st = rule_device(rc, err);
+    if (st != LH_OK)
+        return st;
+    char from[1024];
+    device_from(rc, from, sizeof from);
+    /* No device in the run config or flags: LLMHOST_DEVICE, when set, takes the place of the
+     * default (auto) -- how an operator pins a machine, and how the test suites keep their
+     * CPU numerics on a GPU machine. */
+    lh_run_config env_rc;
+    const char *env = getenv("LLMHOST_DEVICE");
+    if (rc->device_auto && rc->device_origin.kind == LH_ORIGIN_DEFAULT && env && *env) {
+        char bad[256];
+        bool is_auto;
+        lh_device d;
+        if (!parse_device_text(env, &is_auto, &d, bad, sizeof bad))
+            return lh_err_set(err, LH_E_CONFIG, "LLMHOST_DEVICE: %s", bad);
+        memcpy(&env_rc, rc, sizeof env_rc);
+        env_rc.device = d;
+        env_rc.device_auto = is_auto;
+        rc = &env_rc;
+        snprintf(from, sizeof from, "LLMHOST_DEVICE=%s", env);
+    }
+    /* an explicit cpu never wakes the CUDA driver */
+    if (!rc->device_auto && rc->device.kind == LH_DEVICE_CPU) {
+        snprintf(why, why_size, "%s", from);
+        return LH_OK;
+    }
+    const int n_cuda = lh_k_cuda_device_count();
+    if (rc->device_auto) {
+        if (n_cuda > 0) {
+            *out = (lh_device){LH_DEVICE_CUDA, 0};
+            snprintf(why, why_size, "auto: %d CUDA device%s", n_cuda, n_cuda == 1 ? "" : "s");
+        } else {
+            const char *r = lh_k_cuda_unavailable_reason();
+            snprintf(why, why_size, "auto: no CUDA device (%s)", r && *r ? r : "none found");
+        }
+        return LH_OK;
+    }
+    const int idx = rc->device.index;
+    if (idx < n_cuda) {
+        *out = rc->device;
+        snprintf(why, why_size, "%s", from);
+        return LH_OK;
+    }
+    if (n_cuda <= 0) {
+        const char *r = lh_k_cuda_unavailable_reason();
+        return lh_err_set(err, LH_E_UNSUPPORTED,
+                          "device cuda:%d (from %s) is not available: %s; use device cpu, or "
+                          "auto (the CPU when no CUDA device is usable)",
+                          idx, from, r && *r ? r : "no CUDA device");
+    }
+    char present[48];
+    if (n_cuda == 1)
+        snprintf(present, sizeof present, "cuda:0");
+    else
+        snprintf(present, sizeof present, "cuda:0 to cuda:%d", n_cuda - 1);
+    return lh_err_set(err, LH_E_UNSUPPORTED,
+                      "device cuda:%d (from %s) is not available: %d CUDA device%s present "
+                      "(%s); use one of them, cpu or auto",
+                      idx, from, n_cuda, n_cuda == 1 ? " is" : "s are", present);
 }

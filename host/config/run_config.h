@@ -29,6 +29,13 @@
  *                                         draft_model. Absent or null: no speculative decoding.
  *   fused_rope: bool                      (default true: fuse RoPE into attention whenever the
  *                                         backend can; false never asks)
+ *   device: auto|cpu|cuda|cuda:N          where the engine runs (case-insensitive; default auto:
+ *                                         cuda:0 when a CUDA device is usable, else cpu; cuda is
+ *                                         cuda:0; N a CUDA device ordinal >= 0). A CUDA device
+ *                                         that is not there is refused when the engine opens
+ *                                         (or explain runs): lh_run_resolve_device
+ *   cuda_graphs: bool                     (default true: a CUDA device replays each decode step
+ *                                         as one CUDA graph; unused on the CPU)
  *   quant:
  *     scheme: none|fp8|int8|int4          default scheme for linear layers (default none)
  *     group_size: int > 0                 for int4 (default 128)
@@ -41,6 +48,7 @@
 
 #include "llmhost.h"
 #include "lh_config.h"
+#include "lh_tensor.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -154,6 +162,15 @@ typedef struct lh_run_config {
     /* Fuse RoPE into attention when the backend can (DESIGN §8); default true. */
     bool fused_rope;
     lh_value_origin fused_rope_origin;
+    /* The device the config asks for: device_auto (the default), or device (CPU, or CUDA with
+     * its ordinal; {CPU, 0} while device_auto). What the run gets is decided by
+     * lh_run_resolve_device, which knows which devices exist. */
+    lh_device device;
+    bool device_auto;
+    lh_value_origin device_origin;
+    /* Replay decode steps as CUDA graphs (CUDA devices only); default true. */
+    bool cuda_graphs;
+    lh_value_origin cuda_graphs_origin;
 } lh_run_config;
 
 /* True when keys and values are stored in different dtypes (auto resolves to float32). */
@@ -170,7 +187,8 @@ lh_status lh_run_config_load_string(lh_run_config *rc, const char *yaml_text,
 /* A CLI override "key=value" ('-' in the key reads as '_') for the scalar keys:
  * mm_encoder_only, dtype, max_seq_len, max_batch_size, model_impl (TARGET or TARGET:MODE or
  * off), quant (a scheme name), weight_placement, attn_backend, attn_backend_fallback,
- * beam_width=N, fused_rope=true|false, kv_cache.dtype=NAME (both tensors), kv_cache.k_dtype,
+ * beam_width=N, fused_rope=true|false, device=auto|cpu|cuda|cuda:N, cuda_graphs=true|false,
+ * kv_cache.dtype=NAME (both tensors), kv_cache.k_dtype,
  * kv_cache.v_dtype, kv_cache.memory_fraction=F, kv_cache.max_tokens=N, kv_cache.block_size=N,
  * kv_cache.layout=NHD|HND. kv_cache.max_tokens=auto and kv_cache.memory_fraction=auto unset
  * the value (so that a flag can choose the other of the two over a YAML file).
@@ -216,6 +234,19 @@ void lh_run_config_free(lh_run_config *rc);
  * the model's max_position_embeddings (4096 when absent) x the factor of dynamic NTK scaling
  * (which exists to go beyond it), capped at INT32_MAX (positions are int32). */
 int64_t lh_run_max_seq_len(const lh_run_config *rc, const lh_model_geometry *g);
+/* Decides the device: auto -> cuda:0 when lh_k_cuda_device_count() > 0, else cpu (why names
+ * lh_k_cuda_unavailable_reason()); cpu -> cpu; cuda[:N] -> that device, or LH_E_UNSUPPORTED
+ * naming what was asked, the reason CUDA is unavailable or the number of devices present, and
+ * the key's origin (YAML file:line:col or the flag). why (may be NULL) receives a one-line
+ * explanation for explain ("auto: no CUDA device (REASON)" / "auto: 1 CUDA device" / "run
+ * config FILE:3:9" / "--device"). A device kind or ordinal no parser produces (API users fill
+ * the struct) is LH_E_CONFIG; rc NULL or out NULL is LH_E_USAGE. */
+lh_status lh_run_resolve_device(const lh_run_config *rc, lh_device *out, char *why,
+                                size_t why_size, lh_err *err);
+/* "auto", "cpu" or "cuda:N" for what rc asks; into buf, returns buf. */
+const char *lh_run_device_str(const lh_run_config *rc, char *buf, size_t n);
+/* "cpu" or "cuda:N"; into buf, returns buf. */
+const char *lh_device_str(lh_device d, char *buf, size_t n);
 /* JSON view for explain (new reference): values and their origins. */
 json_t *lh_run_config_to_json(const lh_run_config *rc);
 /* "default", "flag", or "FILE:LINE:COL". Writes into buf, returns buf. */

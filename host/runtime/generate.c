@@ -10,7 +10,7 @@
 typedef struct step_buf {
     int32_t *tokens, *positions;
     int64_t *token_start, *n_new, *ctx_len, *slot, *out_rows;
-    float *logits;
+    lh_tensor logits; /* the decoder's, on its device (valid until its next forward) */
 } step_buf;
 
 static void step_buf_free(step_buf *b)
@@ -22,11 +22,10 @@ static void step_buf_free(step_buf *b)
     free(b->ctx_len);
     free(b->slot);
     free(b->out_rows);
-    free(b->logits);
 }
 
 static lh_status step_buf_alloc(step_buf *b, int64_t tokens, int64_t seqs, int64_t out_rows,
-                                int64_t vocab, lh_err *err)
+                                lh_err *err)
 {
     memset(b, 0, sizeof *b);
     b->tokens = malloc((size_t)tokens * sizeof *b->tokens);
@@ -36,9 +35,8 @@ static lh_status step_buf_alloc(step_buf *b, int64_t tokens, int64_t seqs, int64
     b->ctx_len = malloc((size_t)seqs * sizeof *b->ctx_len);
     b->slot = malloc((size_t)seqs * sizeof *b->slot);
     b->out_rows = malloc((size_t)out_rows * sizeof *b->out_rows);
-    b->logits = malloc((size_t)out_rows * (size_t)vocab * sizeof *b->logits);
     if (!b->tokens || !b->positions || !b->token_start || !b->n_new || !b->ctx_len ||
-        !b->slot || !b->out_rows || !b->logits) {
+        !b->slot || !b->out_rows) {
         step_buf_free(b);
         return lh_err_set(err, LH_E_NOMEM, "out of memory for a step of %lld tokens",
                           (long long)tokens);
@@ -81,13 +79,11 @@ static lh_status check_tokens(const lh_decoder *d, const int32_t *t, int64_t n, 
 }
 
 /* Greedy choice for every row (the kernel's argmax keeps the first maximum, as torch does,
- * and refuses NaN rows rather than silently skipping them). */
-static lh_status pick(lh_decoder *d, lh_kctx *kctx, const float *logits, int64_t rows,
-                      int32_t *ids, lh_err *err)
+ * and refuses NaN rows rather than silently skipping them). logits [rows, vocab] on the
+ * decoder's device; the ids come back to the host. */
+static lh_status pick(lh_kctx *kctx, const lh_tensor *logits, int32_t *ids, lh_err *err)
 {
-    int64_t shape[2] = {rows, d->vocab};
-    lh_tensor t = lh_tensor_cpu(LH_DTYPE_F32, (void *)logits, 2, shape);
-    lh_status st = lh_k_argmax(kctx, &t, ids);
+    lh_status st = lh_k_argmax(kctx, logits, ids);
     if (st != LH_OK)
         return lh_err_set(err, LH_E_UNSUPPORTED, "greedy choice: %s", lh_k_last_error(kctx));
     return LH_OK;
@@ -135,13 +131,14 @@ typedef struct choose_ctx {
     uint64_t *stream, *step;
 } choose_ctx;
 
-/* Chooses the next id of each of `rows` sequences (seq[i] for row i), which have generated
- * k tokens so far. */
-static lh_status choose(lh_decoder *d, lh_kctx *kctx, choose_ctx *c, const float *logits,
-                        int64_t rows, const int64_t *seq, int64_t k, int32_t *ids, lh_err *err)
+/* Chooses the next id of each of the rows of logits [rows, vocab] (on the decoder's device;
+ * seq[i] the sequence of row i), which have generated k tokens so far. */
+static lh_status choose(lh_kctx *kctx, choose_ctx *c, const lh_tensor *logits,
+                        const int64_t *seq, int64_t k, int32_t *ids, lh_err *err)
 {
+    const int64_t rows = logits->shape[0];
     if (c->plain_greedy)
-        return pick(d, kctx, logits, rows, ids, err);
+        return pick(kctx, logits, ids, err);
     for (int64_t i = 0; i < rows; i++) {
         int64_t s = seq[i];
         c->hist_rows[i] = c->hist[s];
@@ -149,9 +146,7 @@ static lh_status choose(lh_decoder *d, lh_kctx *kctx, choose_ctx *c, const float
         c->stream[i] = c->p->seq_streams ? c->p->seq_streams[s] : (uint64_t)s;
         c->step[i] = (uint64_t)k;
     }
-    int64_t shape[2] = {rows, d->vocab};
-    lh_tensor t = lh_tensor_cpu(LH_DTYPE_F32, (void *)logits, 2, shape);
-    lh_status st = lh_k_sample(kctx, &c->kp, &t, c->hist_rows, c->row_hist_len,
+    lh_status st = lh_k_sample(kctx, &c->kp, logits, c->hist_rows, c->row_hist_len,
                                c->p->seed, c->stream, c->step, ids);
     if (st != LH_OK)
         return lh_err_set(err, LH_E_UNSUPPORTED, "%s choice: %s",
@@ -287,8 +282,7 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
     if (max_new == 0)
         return LH_OK;
     step_buf b;
-    lh_status st = step_buf_alloc(&b, total > n_seqs ? total : n_seqs, n_seqs, n_seqs, d->vocab,
-                                  err);
+    lh_status st = step_buf_alloc(&b, total > n_seqs ? total : n_seqs, n_seqs, n_seqs, err);
     if (st != LH_OK)
         return st;
     choose_ctx c = {.kp = kernel_params(p), .p = p};
@@ -333,9 +327,10 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
     lh_attn_step step = make_step(&b, total, n_seqs);
     double t0 = mono_seconds(), t1 = t0;
     if (st == LH_OK) {
-        st = lh_decoder_forward(d, kctx, &step, b.tokens, b.out_rows, n_seqs, b.logits, err);
+        st = lh_decoder_forward_dev(d, kctx, &step, b.tokens, b.out_rows, n_seqs, &b.logits,
+                                    err);
         if (st == LH_OK)
-            st = choose(d, kctx, &c, b.logits, n_seqs, seq, 0, b.tokens, err);
+            st = choose(kctx, &c, &b.logits, seq, 0, b.tokens, err);
         t1 = mono_seconds();
     }
     if (st == LH_OK) {
@@ -389,9 +384,9 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
         if (n == 0)
             break;
         step = make_step(&b, n, n);
-        st = lh_decoder_forward(d, kctx, &step, b.tokens, b.out_rows, n, b.logits, err);
+        st = lh_decoder_forward_dev(d, kctx, &step, b.tokens, b.out_rows, n, &b.logits, err);
         if (st == LH_OK)
-            st = choose(d, kctx, &c, b.logits, n, seq, k, b.tokens, err);
+            st = choose(kctx, &c, &b.logits, seq, k, b.tokens, err);
         if (st == LH_OK) {
             double t2 = mono_seconds();
             decoded += n;

@@ -16,8 +16,10 @@ typedef struct kv_slot {
 struct lh_kv_cache {
     lh_kv_plan plan;
     int64_t max_blocks_per_seq;
-    unsigned char *base; /* the whole pool, mmap'ed */
+    unsigned char *base; /* the whole pool: mmap'ed, or device memory of kctx */
     size_t mapped;
+    lh_kctx *kctx;       /* set when base is device memory (lh_k_alloc) */
+    lh_device dev;
     lh_kv_pages *layers; /* [n_layers] */
     int32_t *free_ids;   /* released blocks, a stack (allocated, filled only on release) */
     int64_t n_free;
@@ -76,7 +78,8 @@ static bool kv_dtype_ok(lh_dtype dt)
 
 lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int64_t kv_heads,
                              int64_t head_dim, bool summaries, int64_t max_seq_len,
-                             int64_t max_seqs, lh_kv_plan *out, lh_err *err)
+                             int64_t max_seqs, const lh_kv_mem_budget *budget, lh_kv_plan *out,
+                             lh_err *err)
 {
     memset(out, 0, sizeof *out);
     /* bounds that keep every product below in 64 bits */
@@ -125,7 +128,11 @@ lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int
         snprintf(p->sized_by, sizeof p->sized_by, "kv_cache.max_tokens=%lld",
                  (long long)kv->max_tokens);
     } else if (kv->memory_fraction > 0) {
-        uint64_t avail = lh_mem_available();
+        uint64_t avail = budget ? budget->bytes : lh_mem_available();
+        const char *of = budget ? budget->what : "MemAvailable";
+        if (avail == 0 && budget)
+            return lh_err_set(err, LH_E_CONFIG, "kv_cache.memory_fraction=%g: %s is 0 bytes; "
+                              "set kv_cache.max_tokens instead", kv->memory_fraction, of);
         if (avail == 0)
             return lh_err_set(err, LH_E_CONFIG, "kv_cache.memory_fraction=%g: cannot read "
                               "MemAvailable from /proc/meminfo; set kv_cache.max_tokens instead",
@@ -136,7 +143,7 @@ lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int
         double blocks = bytes / ((double)p->block_bytes + LH_KV_BLOCK_OVERHEAD);
         p->num_blocks = blocks >= (double)INT32_MAX ? INT32_MAX : (int64_t)blocks;
         snprintf(p->sized_by, sizeof p->sized_by,
-                 "kv_cache.memory_fraction=%g of MemAvailable %llu bytes", kv->memory_fraction,
+                 "kv_cache.memory_fraction=%g of %.90s %llu bytes", kv->memory_fraction, of,
                  (unsigned long long)avail);
     } else {
         p->num_blocks = per_seq * max_seqs;
@@ -162,7 +169,9 @@ void lh_kv_cache_free(lh_kv_cache *c)
 {
     if (!c)
         return;
-    if (c->base)
+    if (c->base && c->kctx)
+        lh_k_free(c->kctx, c->base);
+    else if (c->base)
         munmap(c->base, c->mapped);
     if (c->slots)
         for (int64_t i = 0; i < c->plan.max_seqs; i++)
@@ -178,13 +187,46 @@ static size_t align_up(size_t n)
     return (n + REGION_ALIGN - 1) / REGION_ALIGN * REGION_ALIGN;
 }
 
-lh_status lh_kv_cache_create(const lh_kv_plan *plan, lh_kv_cache **out, lh_err *err)
+/* A contiguous view on the pool's device. */
+static lh_tensor pool_view(const lh_kv_cache *c, lh_dtype dt, void *data, int ndim,
+                           const int64_t *shape)
+{
+    lh_tensor t = lh_tensor_cpu(dt, data, ndim, shape);
+    t.device = c->dev;
+    return t;
+}
+
+/* The pool on a device: one allocation, zeroed, so that the kernels never meet stale bits in
+ * positions no one wrote yet (the CPU's fresh anonymous pages are zero too). */
+static lh_status device_pool(lh_kv_cache *c, lh_kctx *kctx, size_t total, lh_err *err)
+{
+    const lh_kv_plan *p = &c->plan;
+    void *base = NULL;
+    lh_status st = lh_k_alloc(kctx, total, &base);
+    if (st != LH_OK)
+        return lh_err_set(err, st, "cannot allocate the KV cache pool on cuda:%d: %lld blocks x "
+                          "%zu bytes = %zu bytes (%s): %s; lower kv_cache.max_tokens, "
+                          "max_batch_size or max_seq_len", c->dev.index,
+                          (long long)p->num_blocks, p->block_bytes, total, p->sized_by,
+                          lh_k_last_error(kctx));
+    c->base = base;
+    c->mapped = total;
+    c->kctx = kctx;
+    st = lh_k_memzero(kctx, base, total);
+    if (st != LH_OK)
+        return lh_err_set(err, st, "clearing the KV cache pool: %s", lh_k_last_error(kctx));
+    return LH_OK;
+}
+
+lh_status lh_kv_cache_create(const lh_kv_plan *plan, lh_kctx *kctx, lh_kv_cache **out,
+                             lh_err *err)
 {
     *out = NULL;
     lh_kv_cache *c = calloc(1, sizeof *c);
     if (!c)
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
     c->plan = *plan;
+    c->dev = kctx ? lh_k_ctx_device(kctx) : (lh_device){LH_DEVICE_CPU, 0};
     const lh_kv_plan *p = &c->plan;
     const int64_t nb = p->num_blocks, bs = p->block_size;
     c->max_blocks_per_seq = (p->max_seq_len + bs - 1) / bs;
@@ -206,17 +248,27 @@ lh_status lh_kv_cache_create(const lh_kv_plan *plan, lh_kv_cache **out, lh_err *
     for (int64_t l = 0; l < p->n_layers; l++)
         for (int i = 0; i < 6; i++)
             total += align_up(parts[i] * (size_t)nb);
-    void *base = total ? mmap(NULL, total, PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                       : MAP_FAILED;
-    if (base == MAP_FAILED) {
-        lh_kv_cache_free(c);
-        return lh_err_set(err, LH_E_NOMEM, "cannot reserve the KV cache pool: %lld blocks x %zu "
-                          "bytes = %zu bytes (%s); lower kv_cache.max_tokens or "
-                          "memory_fraction", (long long)nb, p->block_bytes, total, p->sized_by);
+    if (c->dev.kind != LH_DEVICE_CPU) {
+        lh_status st = total ? device_pool(c, kctx, total, err)
+                             : lh_err_set(err, LH_E_NOMEM, "KV cache: an empty pool");
+        if (st != LH_OK) {
+            lh_kv_cache_free(c);
+            return st;
+        }
+    } else {
+        void *base = total ? mmap(NULL, total, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                           : MAP_FAILED;
+        if (base == MAP_FAILED) {
+            lh_kv_cache_free(c);
+            return lh_err_set(err, LH_E_NOMEM, "cannot reserve the KV cache pool: %lld blocks x "
+                              "%zu bytes = %zu bytes (%s); lower kv_cache.max_tokens or "
+                              "memory_fraction", (long long)nb, p->block_bytes, total,
+                              p->sized_by);
+        }
+        c->base = base;
+        c->mapped = total;
     }
-    c->base = base;
-    c->mapped = total;
     int64_t shape[4] = {nb, bs, p->kv_heads, p->head_dim};
     if (p->layout == LH_KV_HND) {
         shape[1] = p->kv_heads;
@@ -232,15 +284,15 @@ lh_status lh_kv_cache_create(const lh_kv_plan *plan, lh_kv_cache **out, lh_err *
         }
         lh_kv_pages *kv = &c->layers[l];
         kv->layout = p->layout;
-        kv->k = lh_tensor_cpu(p->k_dtype, ptr[0], 4, shape);
-        kv->v = lh_tensor_cpu(p->v_dtype, ptr[1], 4, shape);
+        kv->k = pool_view(c, p->k_dtype, ptr[0], 4, shape);
+        kv->v = pool_view(c, p->v_dtype, ptr[1], 4, shape);
         if (ptr[2])
-            kv->k_scale = lh_tensor_cpu(LH_DTYPE_F32, ptr[2], 2, sshape);
+            kv->k_scale = pool_view(c, LH_DTYPE_F32, ptr[2], 2, sshape);
         if (ptr[3])
-            kv->v_scale = lh_tensor_cpu(LH_DTYPE_F32, ptr[3], 2, sshape);
+            kv->v_scale = pool_view(c, LH_DTYPE_F32, ptr[3], 2, sshape);
         if (ptr[4]) {
-            kv->k_min = lh_tensor_cpu(LH_DTYPE_F32, ptr[4], 3, mshape);
-            kv->k_max = lh_tensor_cpu(LH_DTYPE_F32, ptr[5], 3, mshape);
+            kv->k_min = pool_view(c, LH_DTYPE_F32, ptr[4], 3, mshape);
+            kv->k_max = pool_view(c, LH_DTYPE_F32, ptr[5], 3, mshape);
         }
     }
     *out = c;

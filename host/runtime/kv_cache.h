@@ -11,8 +11,9 @@
  *                                 MemAvailable read from /proc/meminfo when the plan is made
  *   neither                    -> max_batch_size x ceil(max_seq_len / block_size), which never
  *                                 runs out before max_seq_len does.
- * The pool is reserved as one address range and materializes as blocks are first written
- * (lowest block ids are handed out first, so a lightly used pool stays small).
+ * On the CPU the pool is reserved as one address range and materializes as blocks are first
+ * written (lowest block ids are handed out first, so a lightly used pool stays small); on a
+ * CUDA context it is one lh_k_alloc of device memory, zeroed at creation.
  *
  * Allocation: a step reserves, all or nothing, the blocks its sequences need to hold their
  * tokens after the step; a finished sequence gives its blocks back. Running out is
@@ -45,20 +46,33 @@ typedef struct lh_kv_plan {
     char sized_by[160];        /* how num_blocks was chosen, for explain and errors */
 } lh_kv_plan;
 
+/* The memory kv_cache.memory_fraction is a share of: NULL means the host's MemAvailable; a
+ * device run passes what the device will have left for the pool (free memory minus the
+ * weights about to be uploaded), with a description for explain. */
+typedef struct lh_kv_mem_budget {
+    uint64_t bytes;
+    char what[96]; /* "cuda:0 free memory after the weights" */
+} lh_kv_mem_budget;
+
 /* Computes the pool for the run config's kv_cache (auto dtypes resolve to f32) and the model
  * geometry. Errors: LH_E_CONFIG (a pool that cannot hold one block, sizes that overflow,
- * memory_fraction without a readable MemAvailable), naming the setting. */
+ * memory_fraction without a readable MemAvailable or with no device memory left), naming the
+ * setting. */
 lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int64_t kv_heads,
                              int64_t head_dim, bool summaries, int64_t max_seq_len,
-                             int64_t max_seqs, lh_kv_plan *out, lh_err *err);
+                             int64_t max_seqs, const lh_kv_mem_budget *budget, lh_kv_plan *out,
+                             lh_err *err);
 
 /* MemAvailable from /proc/meminfo in bytes, or 0 when it cannot be read. */
 uint64_t lh_mem_available(void);
 
 typedef struct lh_kv_cache lh_kv_cache;
 
-/* Reserves the pool's address range and the tables. Errors: LH_E_NOMEM naming the bytes. */
-lh_status lh_kv_cache_create(const lh_kv_plan *plan, lh_kv_cache **out, lh_err *err);
+/* Reserves the pool's address range (kctx NULL or a CPU context) or allocates it on kctx's
+ * device, and the tables. kctx, when given, must outlive the cache. Errors: LH_E_NOMEM naming
+ * the bytes (device memory: with lh_k_alloc's numbers). */
+lh_status lh_kv_cache_create(const lh_kv_plan *plan, lh_kctx *kctx, lh_kv_cache **out,
+                             lh_err *err);
 void lh_kv_cache_free(lh_kv_cache *c);
 
 /* Makes slot slots[i] hold blocks for tokens[i] tokens (never shrinks), for all i, or changes

@@ -164,6 +164,11 @@ struct lh_kctx {
     lh_cpu_mark *marks;      /* see lh_cpu_marks */
     int64_t n_marks;
     uint32_t mark_gen;
+    /* lh_k_ctx_set_bounds (0: none) */
+    int64_t bound_seq_len, bound_blocks_per_seq;
+    /* host-heap allocations of a CPU context's lh_k_alloc, for lh_k_mem_stats */
+    int64_t host_in_use, host_peak;
+    struct lh_cuda_state *cuda; /* CUDA contexts only (kernels/cuda/cuda_ctx.cu) */
     char err[768];
 };
 

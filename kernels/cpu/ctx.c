@@ -46,13 +46,44 @@ static bool parse_isa(const char *s, lh_k_isa *out)
     return true;
 }
 
+#ifdef LH_HAVE_CUDA
+#include "cuda/cuda_kernels.h"
+#endif
+
+/* A CUDA context: the work runs on the device, so no CPU pool; host-side work (argument
+ * checks, staging) runs on the caller's thread. */
+static lh_kctx *cuda_ctx_create(lh_device device)
+{
+#ifdef LH_HAVE_CUDA
+    lh_kctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        lh_kerr(NULL, LH_E_NOMEM, "lh_k_ctx_create: out of memory");
+        return NULL;
+    }
+    ctx->device = device;
+    ctx->n_threads = 1;
+    ctx->isa = lh_cpu_isa_best();
+    ctx->ops = lh_cpu_ops_for(ctx->isa);
+    if (lh_cuda_ctx_init(ctx, device.index) != LH_OK) {
+        free(ctx);
+        return NULL;
+    }
+    return ctx;
+#else
+    lh_kerr(NULL, LH_E_UNSUPPORTED, "lh_k_ctx_create: cuda:%d is not available: %s (supported: cpu)",
+            device.index, lh_k_cuda_unavailable_reason());
+    return NULL;
+#endif
+}
+
 lh_kctx *lh_k_ctx_create(int n_threads, lh_device device)
 {
+    if (device.kind == LH_DEVICE_CUDA)
+        return cuda_ctx_create(device);
     if (device.kind != LH_DEVICE_CPU) {
         lh_kerr(NULL, LH_E_UNSUPPORTED,
-                "lh_k_ctx_create: device %s:%d is not supported by this build of "
-                "libllmhost_kernels (supported: cpu)",
-                device.kind == LH_DEVICE_CUDA ? "cuda" : "unknown", device.index);
+                "lh_k_ctx_create: device kind %d is unknown (supported: cpu, cuda)",
+                (int)device.kind);
         return NULL;
     }
     if (n_threads <= 0) {
@@ -109,6 +140,9 @@ void lh_k_ctx_free(lh_kctx *ctx)
 {
     if (!ctx)
         return;
+#ifdef LH_HAVE_CUDA
+    lh_cuda_ctx_free(ctx);
+#endif
     lh_pool_free(ctx->pool);
     free(ctx->scratch);
     free(ctx->arena);

@@ -1,7 +1,12 @@
 /* Built-in attention backend "vanilla": the plain reference. Each sequence slot keeps its
  * keys and values contiguously in f32 ([tokens, kv_heads, head_dim]), grown by doubling up to
  * max_seq_len; attention itself is the kernel library's lh_k_attention (causal, GQA, sliding
- * window). It is the oracle the production backends are tested against, so it stays simple. */
+ * window). It is the oracle the production backends are tested against, so it stays simple.
+ *
+ * The cache lives on the device of the kernel context forward() is given: memory from
+ * lh_k_alloc on that context (the first forward's; every later call must pass the same one,
+ * which destroy frees with), new rows appended with lh_k_copy. Growing happens inside
+ * forward, so the host never records its steps as CUDA graphs (the decoder runs it eagerly). */
 #include "lh_attention.h"
 #include "lh_kernels.h"
 #include "lh_plugin.h"
@@ -12,7 +17,7 @@
 #include <string.h>
 
 typedef struct slot_cache {
-    float *k, *v;   /* [cap, kv_heads, head_dim] */
+    float *k, *v;   /* [cap, kv_heads, head_dim], device memory of the layer's context */
     int64_t cap;    /* tokens allocated */
     int64_t len;    /* tokens cached */
 } slot_cache;
@@ -20,6 +25,7 @@ typedef struct slot_cache {
 struct lh_attn_layer {
     lh_attn_geometry g;
     slot_cache *slots; /* [max_seqs] */
+    lh_kctx *kctx;     /* the context the caches were allocated on (the first forward's) */
 };
 
 static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *err, size_t n)
@@ -65,6 +71,16 @@ static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *er
     return LH_OK;
 }
 
+/* A contiguous [tokens, kv_heads, head_dim] f32 view on the context's device. */
+static lh_tensor rows_view(const lh_attn_layer *l, float *data, int64_t tokens, int64_t heads)
+{
+    int64_t shape[3] = {tokens, heads, l->g.head_dim};
+    lh_tensor t = lh_tensor_cpu(LH_DTYPE_F32, data, 3, shape);
+    t.device = lh_k_ctx_device(l->kctx);
+    return t;
+}
+
+/* Grows the slot's cache to hold `tokens` tokens, keeping the c->len cached ones. */
 static lh_status reserve(lh_attn_layer *l, slot_cache *c, int64_t tokens, char *err, size_t n)
 {
     if (tokens <= c->cap)
@@ -74,17 +90,35 @@ static lh_status reserve(lh_attn_layer *l, slot_cache *c, int64_t tokens, char *
         cap *= 2;
     if (cap > l->g.max_seq_len)
         cap = l->g.max_seq_len;
-    size_t row = (size_t)(l->g.num_kv_heads * l->g.head_dim) * sizeof(float);
-    float *k = realloc(c->k, (size_t)cap * row);
-    if (k)
-        c->k = k;
-    float *v = k ? realloc(c->v, (size_t)cap * row) : NULL;
-    if (v)
-        c->v = v;
-    if (!k || !v)
-        return lh_attn_fail(err, n, LH_E_NOMEM, "vanilla: layer %lld: out of memory growing the KV "
-                            "cache to %lld tokens (%zu bytes)", (long long)l->g.layer_index,
-                            (long long)cap, 2 * (size_t)cap * row);
+    const int64_t KVH = l->g.num_kv_heads;
+    size_t row = (size_t)(KVH * l->g.head_dim) * sizeof(float);
+    void *k = NULL, *v = NULL;
+    lh_status st = lh_k_alloc(l->kctx, (size_t)cap * row, &k);
+    if (st == LH_OK)
+        st = lh_k_alloc(l->kctx, (size_t)cap * row, &v);
+    if (st == LH_OK && c->len > 0) { /* the cached tokens move along */
+        lh_tensor dk = rows_view(l, k, c->len, KVH), sk = rows_view(l, c->k, c->len, KVH);
+        lh_tensor dv = rows_view(l, v, c->len, KVH), sv = rows_view(l, c->v, c->len, KVH);
+        st = lh_k_copy(l->kctx, &dk, &sk);
+        if (st == LH_OK)
+            st = lh_k_copy(l->kctx, &dv, &sv);
+    }
+    if (st != LH_OK) {
+        const char *why = lh_k_last_error(l->kctx);
+        if (k)
+            lh_k_free(l->kctx, k);
+        if (v)
+            lh_k_free(l->kctx, v);
+        return lh_attn_fail(err, n, st, "vanilla: layer %lld: growing the KV cache to %lld "
+                            "tokens (%zu bytes): %s", (long long)l->g.layer_index,
+                            (long long)cap, 2 * (size_t)cap * row, why);
+    }
+    if (c->k)
+        lh_k_free(l->kctx, c->k);
+    if (c->v)
+        lh_k_free(l->kctx, c->v);
+    c->k = k;
+    c->v = v;
     c->cap = cap;
     return LH_OK;
 }
@@ -109,9 +143,7 @@ static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, char *err, 
                                 "max_seq_len %lld",
                                 (long long)slot, (long long)need,
                                 (long long)l->g.max_seq_len);
-        lh_status st = reserve(l, c, need, err, n);
-        if (st != LH_OK)
-            return st;
+        /* prepare has no kernel context: the memory is found in forward, by reserve */
     }
     return LH_OK;
 }
@@ -121,26 +153,54 @@ static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *st
                          const lh_tensor *v, lh_tensor *out, char *err, size_t n)
 {
     (void)args; /* its own contiguous cache; never fused */
+    if (!kctx)
+        return lh_attn_fail(err, n, LH_E_USAGE, "vanilla: layer %lld: forward without a kernel "
+                            "context", (long long)l->g.layer_index);
+    if (!l->kctx)
+        l->kctx = kctx;
+    if (l->kctx != kctx)
+        return lh_attn_fail(err, n, LH_E_USAGE, "vanilla: layer %lld: forward on another kernel "
+                            "context than the one its cache lives on",
+                            (long long)l->g.layer_index);
     const int64_t H = l->g.num_heads, KVH = l->g.num_kv_heads, D = l->g.head_dim;
     const size_t row = (size_t)(KVH * D);
     for (int64_t s = 0; s < step->n_seqs; s++) {
-        slot_cache *c = &l->slots[step->slot[s]];
+        const int64_t slot = step->slot[s];
+        if (slot < 0 || slot >= l->g.max_seqs || step->ctx_len[s] != l->slots[slot].len ||
+            step->n_new[s] < 0 || l->slots[slot].len + step->n_new[s] > l->g.max_seq_len)
+            return lh_attn_fail(err, n, LH_E_USAGE, "vanilla: forward before prepare for slot "
+                                "%lld", (long long)slot);
+        slot_cache *c = &l->slots[slot];
         int64_t t0 = step->token_start[s], nn = step->n_new[s];
-        if (c->len + nn > c->cap)
-            return lh_attn_fail(err, n, LH_E_USAGE, "vanilla: forward before prepare for slot %lld",
-                                (long long)step->slot[s]);
-        memcpy(c->k + (size_t)c->len * row, (const float *)k->data + (size_t)t0 * row,
-               (size_t)nn * row * sizeof(float));
-        memcpy(c->v + (size_t)c->len * row, (const float *)v->data + (size_t)t0 * row,
-               (size_t)nn * row * sizeof(float));
+        if (nn == 0)
+            continue;
+        lh_status st = reserve(l, c, c->len + nn, err, n);
+        if (st != LH_OK)
+            return st;
+        /* the new rows, appended device to device */
+        lh_tensor dk = rows_view(l, c->k + (size_t)c->len * row, nn, KVH);
+        lh_tensor dv = rows_view(l, c->v + (size_t)c->len * row, nn, KVH);
+        lh_tensor sk = rows_view(l, (float *)k->data + (size_t)t0 * row, nn, KVH);
+        lh_tensor sv = rows_view(l, (float *)v->data + (size_t)t0 * row, nn, KVH);
+        sk.device = k->device;
+        sv.device = v->device;
+        st = lh_k_copy(kctx, &dk, &sk);
+        if (st == LH_OK)
+            st = lh_k_copy(kctx, &dv, &sv);
+        if (st != LH_OK)
+            return lh_attn_fail(err, n, st, "vanilla: layer %lld: appending to the KV cache: %s",
+                                (long long)l->g.layer_index, lh_k_last_error(kctx));
         int64_t total = c->len + nn;
-        int64_t qshape[3] = {nn, H, D}, kvshape[3] = {total, KVH, D};
-        lh_tensor qs = lh_tensor_cpu(LH_DTYPE_F32, (float *)q->data + (size_t)(t0 * H * D), 3, qshape);
-        lh_tensor os = lh_tensor_cpu(LH_DTYPE_F32, (float *)out->data + (size_t)(t0 * H * D), 3, qshape);
-        lh_tensor ks = lh_tensor_cpu(LH_DTYPE_F32, c->k, 3, kvshape);
-        lh_tensor vs = lh_tensor_cpu(LH_DTYPE_F32, c->v, 3, kvshape);
-        lh_status st = lh_k_attention(kctx, &qs, &ks, &vs, step->positions + t0, l->g.scale,
-                                      l->g.sliding_window, &os);
+        int64_t qshape[3] = {nn, H, D};
+        lh_tensor qs = lh_tensor_cpu(LH_DTYPE_F32, (float *)q->data + (size_t)(t0 * H * D), 3,
+                                     qshape);
+        lh_tensor os = lh_tensor_cpu(LH_DTYPE_F32, (float *)out->data + (size_t)(t0 * H * D), 3,
+                                     qshape);
+        qs.device = q->device;
+        os.device = out->device;
+        lh_tensor ks = rows_view(l, c->k, total, KVH), vs = rows_view(l, c->v, total, KVH);
+        st = lh_k_attention(kctx, &qs, &ks, &vs, step->positions + t0, l->g.scale,
+                            l->g.sliding_window, &os);
         if (st != LH_OK)
             return lh_attn_fail(err, n, st, "vanilla: layer %lld: %s", (long long)l->g.layer_index,
                                 lh_k_last_error(kctx));
@@ -159,9 +219,11 @@ static void destroy(lh_attn_layer *l)
 {
     if (!l)
         return;
-    for (int64_t i = 0; i < l->g.max_seqs; i++) {
-        free(l->slots[i].k);
-        free(l->slots[i].v);
+    for (int64_t i = 0; l->kctx && i < l->g.max_seqs; i++) {
+        if (l->slots[i].k)
+            lh_k_free(l->kctx, l->slots[i].k);
+        if (l->slots[i].v)
+            lh_k_free(l->kctx, l->slots[i].v);
     }
     free(l->slots);
     free(l);

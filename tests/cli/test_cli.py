@@ -57,12 +57,19 @@ def _outside_build_tree(path_list):
     return ":".join(keep)
 
 
+# LLMHOST_DEVICE (tests/meson.build pins the CPU: these tests check CPU numerics) passes
+# through to the CLI, except in the tests of the device setting itself (TestDevice).
+PASS_DEVICE_ENV = True
+
+
 def base_env(**extra):
-    """The environment of one CLI call: no inherited LLMHOST_* settings but LLMHOST_LOG=warn,
-    no build-tree dir in LD_LIBRARY_PATH, then `extra` (a value of None removes the
-    variable)."""
+    """The environment of one CLI call: no inherited LLMHOST_* settings but LLMHOST_LOG=warn
+    (and LLMHOST_DEVICE, see PASS_DEVICE_ENV), no build-tree dir in LD_LIBRARY_PATH, then
+    `extra` (a value of None removes the variable)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMHOST_")}
     env["LLMHOST_LOG"] = "warn"
+    if PASS_DEVICE_ENV and os.environ.get("LLMHOST_DEVICE"):
+        env["LLMHOST_DEVICE"] = os.environ["LLMHOST_DEVICE"]
     if "LD_LIBRARY_PATH" in env:
         env["LD_LIBRARY_PATH"] = _outside_build_tree(env["LD_LIBRARY_PATH"])
         if not env["LD_LIBRARY_PATH"]:
@@ -1648,6 +1655,8 @@ class TestValidationCli(CliTestCase):
         # one column per capability: the paged row says yes exactly under its capabilities
         row = {}
         for line in lines[1:]:
+            if not line.strip():  # the device list follows the table
+                break
             cells = line.split()
             row[cells[0]] = dict(zip(header[1:1 + len(want_paged)], cells[1:1 + len(want_paged)]))
         for k, v in want_paged.items():
@@ -2240,6 +2249,223 @@ class TestText(CliTestCase):
         # LLMHOST_NO_PROGRESS turns it off
         term, out = run_on_pty(base_env(LLMHOST_NO_PROGRESS="1"))
         self.assertNotIn(b"loading weights", term)
+
+
+# ---- devices -------------------------------------------------------------------------------------
+
+ISAS = ("scalar", "avx2", "avx512")
+
+
+class TestDevice(CliTestCase):
+    """The device as a setting (device: auto|cpu|cuda[:N], --device, cuda_graphs). Whether this
+    machine has a CUDA device is read from `llmhost backends --json`, which these tests check
+    first; every test then asserts what must happen with or without one. LLMHOST_DEVICE is not
+    passed through here (the default must be seen as it is), except where a test sets it."""
+
+    def setUp(self):
+        global PASS_DEVICE_ENV
+        super().setUp()
+        PASS_DEVICE_ENV = False
+
+    def tearDown(self):
+        global PASS_DEVICE_ENV
+        PASS_DEVICE_ENV = True
+        super().tearDown()
+
+    def test_env_device_replaces_the_default(self):
+        j = self.ok_json("explain", cfg("llama-3.1-8b"), "--json",
+                         env=base_env(LLMHOST_DEVICE="cpu"))
+        d = j["attention"]["device"]
+        self.assertEqual((d["resolved"], d["kind"]), ("cpu", "cpu"))
+        self.assertIn("LLMHOST_DEVICE=cpu", d["reason"])
+        # a device the run config names wins over the environment
+        j = self.ok_json("explain", cfg("llama-3.1-8b"), "--json", "--device", "cpu",
+                         env=base_env(LLMHOST_DEVICE="cuda:9"))
+        self.assertNotIn("LLMHOST_DEVICE", j["attention"]["device"]["reason"])
+        rc, out, err = cli("explain", cfg("llama-3.1-8b"), env=base_env(LLMHOST_DEVICE="gpu"))
+        self.assertEqual(rc, 3, err)
+        self.assertIn("LLMHOST_DEVICE: 'gpu' is not a device", err)
+
+    def cuda(self):
+        c = self.ok_json("backends", "--json")["devices"]["cuda"]
+        self.assertEqual(c["device_count"], len(c["devices"]))
+        if c["device_count"] == 0:
+            self.assertTrue(c["unavailable"], c)  # says why
+        else:
+            self.assertTrue(c["built"])
+            self.assertIsNone(c["unavailable"])
+        return c
+
+    def device(self, *flags, model=None):
+        j = self.ok_json("explain", model or cfg("llama-3.1-8b"), "--json", *flags)
+        return j, j["attention"]["device"]
+
+    def test_backends_lists_devices(self):
+        j = self.ok_json("backends", "--json")
+        self.assertIn(j["devices"]["cpu"]["isa"], ISAS)
+        c = self.cuda()
+        rc, out, err = cli("backends")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("\ndevices:\n", out)
+        self.assertIn("  cpu (%s)\n" % j["devices"]["cpu"]["isa"], out)
+        if c["device_count"] == 0:
+            self.assertIn("  cuda: unavailable (%s)\n" % c["unavailable"], out)
+        for d in c["devices"]:
+            self.assertIn("  cuda:%d %s" % (d["index"], d["name"]), out)
+            self.assertIn(d["kernels"], out)
+
+    def test_explain_default_is_auto(self):
+        c = self.cuda()
+        j, d = self.device()
+        self.assertEqual((d["requested"], d["origin"]), ("auto", "default"))
+        self.assertEqual(j["run_config"]["device"], {"value": "auto", "origin": "default"})
+        self.assertEqual(j["run_config"]["cuda_graphs"], {"value": True, "origin": "default"})
+        self.assertEqual(d["cuda_device_count"], c["device_count"])
+        if c["device_count"] == 0:
+            self.assertEqual((d["resolved"], d["kind"]), ("cpu", "cpu"))
+            self.assertIn("auto: no CUDA device", d["reason"])
+            self.assertIn(c["unavailable"], d["reason"])
+            self.assertIn(d["isa"], ISAS)
+            self.assertFalse(d["cuda_graphs"]["on"])
+            self.assertEqual(d["cuda_graphs"]["reason"], "off (device cpu)")
+        else:
+            self.assertEqual((d["resolved"], d["kind"]), ("cuda:0", "cuda"))
+            self.assertIn("CUDA device", d["reason"])
+            self.assertEqual(d["name"], c["devices"][0]["name"])
+            self.assertGreater(d["bandwidth_gbs"], 0)
+            self.assertTrue(d["cuda_graphs"]["on"])
+
+    def test_explain_device_cpu(self):
+        j, d = self.device("--device", "CPU")
+        self.assertEqual((d["requested"], d["origin"], d["resolved"]), ("cpu", "flag", "cpu"))
+        self.assertEqual(d["reason"], "--device")
+        self.assertIn(d["isa"], ISAS)
+        self.assertNotIn("cuda_device_count", d)  # an explicit cpu does not probe CUDA
+        self.assertEqual(j["run_config"]["device"], {"value": "cpu", "origin": "flag"})
+        # cuda_graphs with the CPU is unused, not an error
+        j, d = self.device("--device", "cpu", "--set", "cuda_graphs=false")
+        self.assertEqual(j["run_config"]["cuda_graphs"], {"value": False, "origin": "flag"})
+        self.assertEqual(d["cuda_graphs"]["reason"], "off (device cpu)")
+        self.assertFalse(d["cuda_graphs"]["on"])
+        # the text form has the device section
+        rc, out, err = cli("explain", cfg("llama-3.1-8b"), "--device", "cpu")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("device: cpu (--device)\n", out)
+        self.assertIn("  requested: cpu (from flag)\n", out)
+        self.assertIn("  kernels: CPU, %s\n" % d["isa"], out)
+        self.assertIn("  cuda graphs: off (device cpu)\n", out)
+        self.assertLess(out.index("device: cpu"), out.index("attention backend:"))
+
+    def test_explain_device_cuda(self):
+        c = self.cuda()
+        rc, out, err = cli("explain", cfg("llama-3.1-8b"), "--device", "cuda",
+                           "--log-level", "debug")
+        if c["device_count"] == 0:
+            self.assert_error((rc, out, err), 14, "unsupported",
+                              "device cuda:0 (from --device) is not available", c["unavailable"])
+            self.assertEqual(out, "")
+            self.assertNotIn("loaded ", err)  # refused before any plugin loads
+        else:
+            self.assertEqual(rc, 0, err)
+            self.assertIn("device: cuda:0 (--device)", out)
+            self.assertIn(c["devices"][0]["name"], out)
+            self.assertIn("  cuda graphs: on", out)
+        # one past the last device is refused on every machine, naming the count or reason
+        n = c["device_count"]
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--device", "cuda:%d" % n), 14,
+                          "unsupported", "device cuda:%d (from --device) is not available" % n,
+                          c["unavailable"] if n == 0 else "%d CUDA device" % n)
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--json", "--set",
+                              "device=cuda:%d" % n), 14, "unsupported", "cuda:%d" % n)
+
+    def test_device_from_yaml_and_flag_override(self):
+        n = self.cuda()["device_count"]
+        y = self.write("dev.yaml", "max_seq_len: 64\ndevice: cuda:%d\ncuda_graphs: false\n" % n)
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--config", y), 14, "unsupported",
+                          "device cuda:%d (from run config %s:2:9) is not available" % (n, y))
+        j, d = self.device("--config", y, "--device", "cpu")
+        self.assertEqual(d["resolved"], "cpu")
+        self.assertEqual(j["run_config"]["device"], {"value": "cpu", "origin": "flag"})
+        self.assertEqual(j["run_config"]["cuda_graphs"]["value"], False)
+        self.assertRegex(j["run_config"]["cuda_graphs"]["origin"], r"dev\.yaml:3:14$")
+        y2 = self.write("cpu.yaml", "device: Cpu\n")
+        j, d = self.device("--config", y2)
+        self.assertEqual(d["reason"], "run config %s:1:9" % y2)
+
+    def test_bad_device_values(self):
+        for value, needle in (("bogus", "'bogus' is not a device"),
+                              ("cuda:abc", "'abc' is not a CUDA device ordinal"),
+                              ("cuda:-1", "'-1' is not a CUDA device ordinal"),
+                              ("gpu", "expected auto, cpu, cuda or cuda:N")):
+            with self.subTest(value=value):
+                # a bad flag value is a usage error, as for every other run-config flag
+                self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--device", value), 2,
+                                  "usage", "--device", needle)
+                self.assert_error(cli("run", os.path.join(MODELS, "llama-mha-f32"),
+                                      "--prompt-tokens", "1,2", "--device", value), 2, "usage",
+                                  needle)
+                self.assert_error(cli("bench", os.path.join(MODELS, "llama-mha-f32"),
+                                      "--set", "device=" + value), 2, "usage", needle)
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--set", "cuda_graphs=maybe"), 2,
+                          "usage", "cuda_graphs", "not a boolean")
+        # in a YAML file: a config error with line and column
+        y = self.write("bad.yaml", "dtype: bfloat16\ndevice: cuda:abc\n")
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--config", y), 3, "config-error",
+                          "bad.yaml:2:9: device:", "'abc' is not a CUDA device ordinal")
+        y = self.write("typo.yaml", "devce: cpu\n")
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--config", y), 3, "config-error",
+                          "typo.yaml:1:1", "unknown key 'devce'", "did you mean 'device'?")
+        self.assert_error(cli("explain", cfg("llama-3.1-8b"), "--set", "cuda_graph=false"), 2,
+                          "usage", "did you mean 'cuda_graphs'?")
+
+    def test_help_mentions_device(self):
+        for cmd in ("explain", "run", "logits", "bench"):
+            with self.subTest(cmd=cmd):
+                rc, out, err = cli(cmd, "--help")
+                self.assertEqual(rc, 0, err)
+                self.assertIn("--device", out)
+        rc, out, err = cli("--help")
+        self.assertIn("--device auto|cpu|cuda|cuda:N", out)
+
+    def test_run_and_logits_on_the_cpu(self):
+        model = os.path.join(MODELS, "llama-mha-f32")
+        with open(os.path.join(model, "reference.json")) as f:
+            ref = json.load(f)
+        prompt = ",".join(str(t) for t in ref["prompts"][0])
+        got = self.ok_json("run", model, "--prompt-tokens", prompt, "-n", "8", "--json",
+                           "--threads", "1", "--device", "cpu")
+        self.assertEqual(got, {"tokens": ref["greedy"][0][:8], "stopped": "length"})
+        out = os.path.join(self.tmp, "l.npy")
+        rc, _, err = cli("logits", model, "--tokens", "1,2", "--out", out, "--device", "cpu",
+                         "--threads", "1")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(read_npy_f32(out)[0][0], 2)
+
+    def test_run_refuses_a_missing_cuda_device(self):
+        n = self.cuda()["device_count"]
+        self.assert_error(cli("run", os.path.join(MODELS, "llama-mha-f32"), "--prompt-tokens",
+                              "1,2", "--device", "cuda:%d" % n), 14, "unsupported",
+                          "cuda:%d" % n, "is not available")
+
+    def test_bench_device(self):
+        model = os.path.join(MODELS, "llama-gqa-bf16")
+        j = self.ok_json("bench", model, "--json", "--threads", "1", "--context", "8",
+                         "--batch", "1,2", "-n", "3", "--warmup", "0", "--device", "cpu")
+        self.assertEqual((j["device"]["resolved"], j["device"]["reason"]), ("cpu", "--device"))
+        self.assertGreater(j["weight_bytes_per_step"], 0)
+        self.assertGreater(j["kv_bytes_per_token"], 0)
+        for c in j["cells"]:  # no bandwidth bound without a CUDA device
+            self.assertIsNone(c["decode_bound_tok_s"])
+            self.assertIsNone(c["decode_bytes_per_step"])
+            self.assertTrue(is_pos_finite(c["decode_tok_s"]))
+        rc, out, err = cli("bench", model, "--threads", "1", "--context", "8", "-n", "3",
+                           "--warmup", "0", "--device", "cpu")
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"\ndevice: cpu \((scalar|avx2|avx512) kernels; --device\)\n")
+        self.assertNotIn("bound tok/s", out)
+        n = self.cuda()["device_count"]
+        self.assert_error(cli("bench", model, "--device", "cuda:%d" % n), 14, "unsupported",
+                          "cuda:%d" % n)
 
 
 # ---- runner -------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 /* YAML run config: values and origins, every error class, CLI overrides, the validator. */
 #include "config/run_config.h"
+#include "lh_kernels.h"
 #include "lh_plugin.h"
 #include "runner.h"
 
@@ -1657,6 +1658,277 @@ static void test_validate_with_caps(void)
     lh_run_config_free(&rc);
 }
 
+
+/* ------------------------------------------------------------------------------------------ */
+/* device and cuda_graphs */
+
+static void expect_device(const lh_run_config *rc, bool is_auto, lh_device_kind kind, int index)
+{
+    CU_ASSERT_EQUAL(rc->device_auto, is_auto);
+    CU_ASSERT_EQUAL(rc->device.kind, kind);
+    CU_ASSERT_EQUAL(rc->device.index, index);
+}
+
+static void test_device_values(void)
+{
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    expect_device(&rc, true, LH_DEVICE_CPU, 0);
+    CU_ASSERT_TRUE(rc.cuda_graphs);
+    CU_ASSERT_EQUAL(rc.device_origin.kind, LH_ORIGIN_DEFAULT);
+    CU_ASSERT_EQUAL(rc.cuda_graphs_origin.kind, LH_ORIGIN_DEFAULT);
+    char buf[64];
+    CU_ASSERT_STRING_EQUAL(lh_run_device_str(&rc, buf, sizeof buf), "auto");
+
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "device: cpu\ncuda_graphs: false\n", "d.yaml",
+                                              NULL),
+                    LH_OK);
+    expect_device(&rc, false, LH_DEVICE_CPU, 0);
+    CU_ASSERT_FALSE(rc.cuda_graphs);
+    origin_is(&rc, rc.device_origin, "d.yaml:1:9");
+    origin_is(&rc, rc.cuda_graphs_origin, "d.yaml:2:14");
+    CU_ASSERT_STRING_EQUAL(lh_run_device_str(&rc, buf, sizeof buf), "cpu");
+    /* cuda_graphs on the CPU is unused, not wrong */
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, NULL), LH_OK);
+    rc.cuda_graphs = true;
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, NULL), LH_OK);
+
+    static const struct {
+        const char *yaml;
+        bool is_auto;
+        lh_device_kind kind;
+        int index;
+        const char *str;
+    } good[] = {
+        {"device: cuda\n", false, LH_DEVICE_CUDA, 0, "cuda:0"},
+        {"device: CUDA:3\n", false, LH_DEVICE_CUDA, 3, "cuda:3"},
+        {"device: cuda:0\n", false, LH_DEVICE_CUDA, 0, "cuda:0"},
+        {"device: \"cuda:12\"\n", false, LH_DEVICE_CUDA, 12, "cuda:12"},
+        {"device: Cpu\n", false, LH_DEVICE_CPU, 0, "cpu"},
+        {"device: AUTO\n", true, LH_DEVICE_CPU, 0, "auto"},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        lh_run_config r;
+        lh_run_config_init(&r);
+        lh_err err = {0};
+        lh_status st = lh_run_config_load_string(&r, good[i].yaml, "g.yaml", &err);
+        if (st != LH_OK)
+            fprintf(stderr, "\n  %s: %s\n", good[i].yaml, err.msg);
+        CU_ASSERT_EQUAL(st, LH_OK);
+        expect_device(&r, good[i].is_auto, good[i].kind, good[i].index);
+        CU_ASSERT_STRING_EQUAL(lh_run_device_str(&r, buf, sizeof buf), good[i].str);
+        CU_ASSERT_EQUAL(r.device_origin.kind, LH_ORIGIN_YAML);
+        json_t *j = lh_run_config_to_json(&r);
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(j, "device"),
+                                                                 "value")),
+                               good[i].str);
+        json_decref(j);
+        lh_run_config_free(&r);
+    }
+
+    json_t *j = lh_run_config_to_json(&rc);
+    json_t *g = json_object_get(j, "cuda_graphs");
+    CU_ASSERT_TRUE(json_is_true(json_object_get(g, "value")));
+    CU_ASSERT_PTR_NOT_NULL(strstr(json_string_value(json_object_get(g, "origin")),
+                                  "d.yaml:2:14"));
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(j, "device"),
+                                                             "origin")),
+                           "d.yaml:1:9");
+    json_decref(j);
+    lh_run_config_free(&rc);
+    CU_ASSERT_STRING_EQUAL(lh_device_str((lh_device){LH_DEVICE_CUDA, 7}, buf, sizeof buf),
+                           "cuda:7");
+    CU_ASSERT_STRING_EQUAL(lh_device_str((lh_device){LH_DEVICE_CPU, 0}, buf, sizeof buf), "cpu");
+}
+
+static void test_device_errors(void)
+{
+    const char *forms = "expected auto, cpu, cuda or cuda:N";
+    EXPECT_STR("device: gpu\n", LH_E_CONFIG, "inline.yaml:1:9: device: 'gpu' is not a device",
+               forms);
+    EXPECT_STR("max_seq_len: 8\ndevice: cuda:abc\n", LH_E_CONFIG, "inline.yaml:2:9: device:",
+               "'abc' is not a CUDA device ordinal", forms);
+    EXPECT_STR("device: cuda:-1\n", LH_E_CONFIG, "'-1' is not a CUDA device ordinal");
+    EXPECT_STR("device: cuda:+1\n", LH_E_CONFIG, "'+1' is not a CUDA device ordinal");
+    EXPECT_STR("device: \"cuda:\"\n", LH_E_CONFIG, "'cuda:' is not a device", "ordinal");
+    EXPECT_STR("device: cuda:1x\n", LH_E_CONFIG, "'1x' is not a CUDA device ordinal");
+    EXPECT_STR("device: cuda0\n", LH_E_CONFIG, "'cuda0' is not a device", forms);
+    EXPECT_STR("device: cuda:99999999999\n", LH_E_CONFIG, "out of range");
+    EXPECT_STR("device: \n", LH_E_CONFIG, "inline.yaml:1:", "device", "null");
+    EXPECT_STR("device: [cpu]\n", LH_E_CONFIG, "inline.yaml:1:9: device: expected one of auto, "
+               "cpu, cuda or cuda:N");
+    EXPECT_STR("cuda_graphs: maybe\n", LH_E_CONFIG, "inline.yaml:1:14: cuda_graphs:",
+               "not a boolean");
+    EXPECT_STR("cuda_graphs: \"true\"\n", LH_E_CONFIG, "cuda_graphs", "quoted");
+    /* misspelled keys get a suggestion */
+    EXPECT_STR("devce: cpu\n", LH_E_CONFIG, "inline.yaml:1:1: unknown key 'devce'",
+               "(did you mean 'device'?)", "cuda_graphs");
+    EXPECT_STR("cuda_graph: false\n", LH_E_CONFIG, "unknown key 'cuda_graph'",
+               "(did you mean 'cuda_graphs'?)");
+    /* a failed load leaves the earlier value */
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "device: cuda:1\n", "a.yaml", NULL), LH_OK);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "device: tpu\n", "b.yaml", NULL), LH_E_CONFIG);
+    expect_device(&rc, false, LH_DEVICE_CUDA, 1);
+    lh_run_config_free(&rc);
+}
+
+static void test_set_device(void)
+{
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "device: cpu\ncuda_graphs: false\n", "y.yaml",
+                                              NULL),
+                    LH_OK);
+    EXPECT_SET(&rc, "device=cuda:2", LH_OK, NULL);
+    expect_device(&rc, false, LH_DEVICE_CUDA, 2);
+    CU_ASSERT_EQUAL(rc.device_origin.kind, LH_ORIGIN_FLAG);
+    EXPECT_SET(&rc, "device=CUDA", LH_OK, NULL);
+    expect_device(&rc, false, LH_DEVICE_CUDA, 0);
+    EXPECT_SET(&rc, "device=auto", LH_OK, NULL);
+    expect_device(&rc, true, LH_DEVICE_CPU, 0);
+    EXPECT_SET(&rc, "device=cpu", LH_OK, NULL);
+    expect_device(&rc, false, LH_DEVICE_CPU, 0);
+    CU_ASSERT_FALSE(rc.cuda_graphs);
+    EXPECT_SET(&rc, "cuda-graphs=1", LH_OK, NULL);
+    CU_ASSERT_TRUE(rc.cuda_graphs);
+    CU_ASSERT_EQUAL(rc.cuda_graphs_origin.kind, LH_ORIGIN_FLAG);
+    EXPECT_SET(&rc, "cuda_graphs=off", LH_OK, NULL);
+    CU_ASSERT_FALSE(rc.cuda_graphs);
+    /* errors leave rc as it was */
+    EXPECT_SET(&rc, "device=bogus", LH_E_USAGE, "--device: 'bogus' is not a device",
+               "expected auto, cpu, cuda or cuda:N");
+    EXPECT_SET(&rc, "device=cuda:abc", LH_E_USAGE, "--device:",
+               "'abc' is not a CUDA device ordinal");
+    EXPECT_SET(&rc, "device=", LH_E_USAGE, "--device: no value given");
+    EXPECT_SET(&rc, "cuda_graphs=sometimes", LH_E_USAGE, "--cuda_graphs:", "not a boolean");
+    EXPECT_SET(&rc, "devce=cpu", LH_E_USAGE, "unknown run-config key 'devce'",
+               "(did you mean 'device'?)");
+    expect_device(&rc, false, LH_DEVICE_CPU, 0);
+    CU_ASSERT_FALSE(rc.cuda_graphs);
+    lh_run_config_free(&rc);
+}
+
+static void test_resolve_device(void)
+{
+    const int n_cuda = lh_k_cuda_device_count();
+    const char *unavailable = lh_k_cuda_unavailable_reason();
+    CU_ASSERT_PTR_NOT_NULL(unavailable);
+    /* the library's own answer must be consistent before the resolver is judged by it */
+    if (n_cuda == 0)
+        CU_ASSERT_TRUE(unavailable && unavailable[0]);
+    if (!lh_k_cuda_built())
+        CU_ASSERT_EQUAL(n_cuda, 0);
+
+    /* the default without LLMHOST_DEVICE (the test environment sets it; restored below) */
+    const char *env_saved = getenv("LLMHOST_DEVICE");
+    char *env_copy = env_saved ? strdup(env_saved) : NULL;
+    unsetenv("LLMHOST_DEVICE");
+
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    lh_device d = {LH_DEVICE_CUDA, 5};
+    char why[512];
+    lh_err err = {0};
+
+    /* auto */
+    CU_ASSERT_EQUAL(lh_run_resolve_device(&rc, &d, why, sizeof why, &err), LH_OK);
+    if (n_cuda == 0) {
+        CU_ASSERT_EQUAL(d.kind, LH_DEVICE_CPU);
+        CU_ASSERT_EQUAL(d.index, 0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(why, "auto: no CUDA device"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(why, unavailable));
+        CU_ASSERT_PTR_NOT_NULL(strstr(why, "CUDA"));
+    } else {
+        CU_ASSERT_EQUAL(d.kind, LH_DEVICE_CUDA);
+        CU_ASSERT_EQUAL(d.index, 0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(why, "CUDA device"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(why, "auto: "));
+    }
+    /* why may be NULL */
+    CU_ASSERT_EQUAL(lh_run_resolve_device(&rc, &d, NULL, 0, NULL), LH_OK);
+
+    /* cpu, from YAML and from the flag */
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "max_seq_len: 8\ndevice: cpu\n", "r.yaml",
+                                              NULL),
+                    LH_OK);
+    d = (lh_device){LH_DEVICE_CUDA, 5};
+    CU_ASSERT_EQUAL(lh_run_resolve_device(&rc, &d, why, sizeof why, &err), LH_OK);
+    CU_ASSERT_EQUAL(d.kind, LH_DEVICE_CPU);
+    CU_ASSERT_EQUAL(d.index, 0);
+    CU_ASSERT_STRING_EQUAL(why, "run config r.yaml:2:9");
+    EXPECT_SET(&rc, "device=cpu", LH_OK, NULL);
+    CU_ASSERT_EQUAL(lh_run_resolve_device(&rc, &d, why, sizeof why, &err), LH_OK);
+    CU_ASSERT_STRING_EQUAL(why, "--device");
+
+    /* cuda: the first device, or a refusal that says why */
+    CU_ASSERT_EQUAL(lh_run_config_load_string(&rc, "device: cuda\n", "r.yaml", NULL), LH_OK);
+    lh_status st = lh_run_resolve_device(&rc, &d, why, sizeof why, &err);
+    if (n_cuda == 0) {
+        CU_ASSERT_EQUAL(st, LH_E_UNSUPPORTED);
+        CU_ASSERT_EQUAL(err.code, LH_E_UNSUPPORTED);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "device cuda:0 (from run config r.yaml:1:9) is "
+                                               "not available"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, unavailable));
+        CU_ASSERT_EQUAL(d.kind, LH_DEVICE_CPU); /* never a device that is not there */
+    } else {
+        CU_ASSERT_EQUAL(st, LH_OK);
+        CU_ASSERT_EQUAL(d.kind, LH_DEVICE_CUDA);
+        CU_ASSERT_EQUAL(d.index, 0);
+    }
+    /* one past the last device is refused everywhere, naming how many there are */
+    char kv[64];
+    snprintf(kv, sizeof kv, "device=cuda:%d", n_cuda);
+    EXPECT_SET(&rc, kv, LH_OK, NULL);
+    err = (lh_err){0};
+    CU_ASSERT_EQUAL(lh_run_resolve_device(&rc, &d, why, sizeof why, &err), LH_E_UNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "(from --device) is not available"));
+    if (n_cuda > 0)
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "CUDA device"));
+    /* cuda:abc never gets that far: it does not parse */
+    EXPECT_SET(&rc, "device=cuda:abc", LH_E_USAGE, "'abc' is not a CUDA device ordinal");
+
+    /* structs filled by hand */
+    rc.device_auto = false;
+    rc.device = (lh_device){(lh_device_kind)7, 0};
+    CU_ASSERT_EQUAL(lh_run_resolve_device(&rc, &d, why, sizeof why, &err), LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "device kind 7"));
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_E_CONFIG);
+    rc.device = (lh_device){LH_DEVICE_CUDA, -1};
+    CU_ASSERT_EQUAL(lh_run_config_validate(&rc, &err), LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "cuda:-1"));
+    CU_ASSERT_EQUAL(lh_run_resolve_device(&rc, &d, why, sizeof why, &err), LH_E_CONFIG);
+    CU_ASSERT_EQUAL(lh_run_resolve_device(NULL, &d, why, sizeof why, &err), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_run_resolve_device(&rc, NULL, why, sizeof why, &err), LH_E_USAGE);
+    lh_run_config_free(&rc);
+
+    /* LLMHOST_DEVICE replaces the default, never a device the run config or a flag names */
+    lh_run_config_init(&rc);
+    setenv("LLMHOST_DEVICE", "CPU", 1);
+    CU_ASSERT_EQUAL(lh_run_resolve_device(&rc, &d, why, sizeof why, &err), LH_OK);
+    CU_ASSERT_EQUAL(d.kind, LH_DEVICE_CPU);
+    CU_ASSERT_PTR_NOT_NULL(strstr(why, "LLMHOST_DEVICE=CPU"));
+    setenv("LLMHOST_DEVICE", "gpu", 1);
+    CU_ASSERT_EQUAL(lh_run_resolve_device(&rc, &d, why, sizeof why, &err), LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "LLMHOST_DEVICE: 'gpu' is not a device"));
+    setenv("LLMHOST_DEVICE", "cuda:7", 1);
+    if (n_cuda < 8) {
+        CU_ASSERT_EQUAL(lh_run_resolve_device(&rc, &d, why, sizeof why, &err), LH_E_UNSUPPORTED);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "LLMHOST_DEVICE=cuda:7"));
+    }
+    CU_ASSERT_EQUAL(lh_run_config_set(&rc, "device=cpu", &err), LH_OK);
+    CU_ASSERT_EQUAL(lh_run_resolve_device(&rc, &d, why, sizeof why, &err), LH_OK);
+    CU_ASSERT_EQUAL(d.kind, LH_DEVICE_CPU);
+    CU_ASSERT_PTR_NULL(strstr(why, "LLMHOST_DEVICE"));
+    lh_run_config_free(&rc);
+    if (env_copy)
+        setenv("LLMHOST_DEVICE", env_copy, 1);
+    else
+        unsetenv("LLMHOST_DEVICE");
+    free(env_copy);
+}
+
 static CU_TestInfo load_tests[] = {
     {"defaults", test_defaults},
     {"full file: values and origins", test_full_file},
@@ -1666,6 +1938,7 @@ static CU_TestInfo load_tests[] = {
     {"kv_cache", test_kv_cache},
     {"new keys: values, origins, explain", test_new_keys_file},
     {"kv_cache k_dtype / v_dtype", test_kv_dtypes},
+    {"device and cuda_graphs", test_device_values},
     CU_TEST_INFO_NULL,
 };
 
@@ -1680,6 +1953,7 @@ static CU_TestInfo error_tests[] = {
     {"quant", test_quant_errors},
     {"partial loads do not leak", test_partial_load_no_leak},
     {"new keys: bad values", test_new_key_errors},
+    {"device and cuda_graphs: bad values", test_device_errors},
     CU_TEST_INFO_NULL,
 };
 
@@ -1688,6 +1962,7 @@ static CU_TestInfo flag_tests[] = {
     {"override errors", test_set_errors},
     {"flag after yaml", test_flag_after_yaml},
     {"new keys by flag", test_set_new_keys},
+    {"device and cuda_graphs by flag", test_set_device},
     CU_TEST_INFO_NULL,
 };
 
@@ -1698,6 +1973,7 @@ static CU_TestInfo validate_tests[] = {
     {"attention needs", test_attn_needs},
     {"capabilities of the backend", test_validate_with_caps},
     {"KV settings need the paged KV pool", test_paged_kv_need},
+    {"lh_run_resolve_device", test_resolve_device},
     CU_TEST_INFO_NULL,
 };
 

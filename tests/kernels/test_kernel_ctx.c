@@ -61,10 +61,15 @@ static void test_ctx_basics(void)
 
 static void test_ctx_cuda_refused(void)
 {
+    if (lh_k_cuda_device_count() > 0) {
+        LH_TEST_SKIP("a CUDA device is present here (tests/kernels/test_cuda_kernels.c uses it)");
+        return;
+    }
     lh_kctx *ctx = lh_k_ctx_create(1, kt_cuda());
     CU_ASSERT_PTR_NULL(ctx);
     CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "cuda:0"));
     CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "lh_k_ctx_create"));
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), lh_k_cuda_unavailable_reason()));
     lh_k_ctx_free(ctx);
 }
 
@@ -248,7 +253,7 @@ static void test_idle_pool_sleeps(void)
 
 static CU_TestInfo ctx_tests[] = {
     {"context: threads, ISA choice, set_isa, names", test_ctx_basics},
-    {"context: a CUDA device is refused (CPU-only build)", test_ctx_cuda_refused},
+    {"context: a CUDA device is refused where none is usable, with the reason", test_ctx_cuda_refused},
     {"context: LLMHOST_KERNELS_ISA overrides, never falls back", test_ctx_env_override},
     {"parallel_for: n = 0, 1, 7, 1000 x 1, 2, 5 threads, each index once", test_parallel_for_visits_each_once},
     {"parallel_for: nested runs inline; kernels refused inside", test_parallel_for_nested},

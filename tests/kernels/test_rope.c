@@ -416,7 +416,7 @@ static void test_rope_errors(void)
     CU_ASSERT_EQUAL(lh_k_rope_apply(ctx, &r, &tb, pos, 2), LH_E_UNSUPPORTED);
     lh_tensor tc = t;
     tc.device = kt_cuda();
-    CU_ASSERT_EQUAL(lh_k_rope_apply(ctx, &r, &tc, pos, 2), LH_E_UNSUPPORTED);
+    CU_ASSERT_EQUAL(lh_k_rope_apply(ctx, &r, &tc, pos, 2), LH_E_USAGE);
     CU_ASSERT_TRUE(kt_contains(lh_k_last_error(ctx), "cuda:0"));
     lh_k_rope_free(&r);
     CU_ASSERT_EQUAL(lh_k_rope_apply(ctx, &r, &t, pos, 2), LH_E_USAGE); /* freed table */

@@ -50,7 +50,7 @@ static void test_plan_default(void)
     lh_kv_plan p;
     lh_err err = {0};
     /* 2 layers, 2 kv heads, head_dim 8, max_seq_len 100, 3 sequences */
-    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 2, 2, 8, false, 100, 3, &p, &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 2, 2, 8, false, 100, 3, NULL, &p, &err), LH_OK);
     CU_ASSERT_EQUAL(p.n_layers, 2);
     CU_ASSERT_EQUAL(p.kv_heads, 2);
     CU_ASSERT_EQUAL(p.head_dim, 8);
@@ -69,11 +69,11 @@ static void test_plan_default(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(p.sized_by, "max_batch_size 3"));
     CU_ASSERT_PTR_NOT_NULL(strstr(p.sized_by, "max_seq_len 100"));
     /* a multiple of the block size needs no extra block */
-    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 2, 2, 8, false, 96, 1, &p, &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 2, 2, 8, false, 96, 1, NULL, &p, &err), LH_OK);
     CU_ASSERT_EQUAL(p.num_blocks, 6);
     /* HND is carried into the plan */
     kv.layout = LH_KV_HND;
-    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 2, 2, 8, false, 96, 1, &p, &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 2, 2, 8, false, 96, 1, NULL, &p, &err), LH_OK);
     CU_ASSERT_EQUAL(p.layout, LH_KV_HND);
 }
 
@@ -89,7 +89,7 @@ static void test_plan_max_tokens(void)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         kv.max_tokens = cases[i].tokens;
         kv.block_size = cases[i].block;
-        CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 4, 2, 8, false, 4096, 8, &p, &err), LH_OK);
+        CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 4, 2, 8, false, 4096, 8, NULL, &p, &err), LH_OK);
         CU_ASSERT_EQUAL(p.num_blocks, cases[i].blocks);
         CU_ASSERT_EQUAL(p.pool_bytes, (size_t)cases[i].blocks * p.block_bytes);
         char want[64];
@@ -109,7 +109,7 @@ static void test_plan_memory_fraction(void)
     kv.memory_fraction = 0.01;
     lh_kv_plan p;
     lh_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 4, 2, 64, false, 4096, 1, &p, &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 4, 2, 64, false, 4096, 1, NULL, &p, &err), LH_OK);
     uint64_t after = lh_mem_available();
     uint64_t lo = before < after ? before : after, hi = before < after ? after : before;
     /* floor(f x MemAvailable / (block bytes + per-block bookkeeping)), MemAvailable read while
@@ -165,7 +165,7 @@ static void test_plan_block_bytes_per_dtype(void)
             kv.v_dtype = cases[i].v;
             lh_kv_plan p;
             lh_err err = {0};
-            CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, L, H, D, summ, 64, 2, &p, &err), LH_OK);
+            CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, L, H, D, summ, 64, 2, NULL, &p, &err), LH_OK);
             bool kf = cases[i].k == LH_DTYPE_FP8_E4M3, vf = cases[i].v == LH_DTYPE_FP8_E4M3;
             size_t want = want_block_bytes(L, BS, H, D, cases[i].k_elem, cases[i].v_elem, kf,
                                            vf, summ);
@@ -187,7 +187,7 @@ static void expect_config_error(const lh_kv_cache_config *kv, int64_t layers, in
 {
     lh_kv_plan p;
     lh_err err = {0};
-    lh_status st = lh_kv_plan_compute(kv, layers, heads, dim, false, seq, seqs, &p, &err);
+    lh_status st = lh_kv_plan_compute(kv, layers, heads, dim, false, seq, seqs, NULL, &p, &err);
     CU_ASSERT_EQUAL(st, LH_E_CONFIG);
     CU_ASSERT_EQUAL(err.code, LH_E_CONFIG);
     CHECK_MSG(err, needle);
@@ -233,7 +233,7 @@ static void test_plan_errors(void)
     kv.max_tokens = INT32_MAX;
     lh_kv_plan p;
     lh_err err = {0};
-    CU_ASSERT_EQUAL(lh_kv_plan_compute(&kv, 1, 1, 1, false, 64, 1, &p, &err), LH_OK);
+    CU_ASSERT_EQUAL(lh_kv_plan_compute(&kv, 1, 1, 1, false, 64, 1, NULL, &p, &err), LH_OK);
     CU_ASSERT_EQUAL(p.num_blocks, INT32_MAX);
     /* max_tokens at the top of int64: rounding up to blocks must not overflow */
     kv.block_size = 16;
@@ -264,12 +264,12 @@ static lh_kv_cache *small_cache(lh_kv_plan *plan)
     kv.block_size = 4;
     kv.max_tokens = 24;
     lh_err err = {0};
-    if (lh_kv_plan_compute(&kv, 2, 2, 4, false, 16, 3, plan, &err) != LH_OK) {
+    if (lh_kv_plan_compute(&kv, 2, 2, 4, false, 16, 3, NULL, plan, &err) != LH_OK) {
         fprintf(stderr, "\nplan: %s\n", err.msg);
         return NULL;
     }
     lh_kv_cache *c = NULL;
-    if (lh_kv_cache_create(plan, &c, &err) != LH_OK)
+    if (lh_kv_cache_create(plan, NULL, &c, &err) != LH_OK)
         fprintf(stderr, "\ncreate: %s\n", err.msg);
     return c;
 }
@@ -489,10 +489,10 @@ static void check_views(const view_case *vc)
     kv.layout = vc->layout;
     lh_kv_plan plan;
     lh_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, L, H, D, vc->summaries, 64, 2, &plan, &err),
+    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, L, H, D, vc->summaries, 64, 2, NULL, &plan, &err),
                           LH_OK);
     lh_kv_cache *c = NULL;
-    CU_ASSERT_EQUAL_FATAL(lh_kv_cache_create(&plan, &c, &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_kv_cache_create(&plan, NULL, &c, &err), LH_OK);
     CU_ASSERT_PTR_NULL(lh_kv_cache_layer(c, -1));
     CU_ASSERT_PTR_NULL(lh_kv_cache_layer(c, L));
     const int64_t kv_shape[4] = {NB, vc->layout == LH_KV_HND ? H : BS,

@@ -608,9 +608,9 @@ static bool bk_open(bk *b, const bk_config *cfg, int64_t window, int threads)
     lh_kv_plan plan;
     lh_err err = {0};
     lh_status st = lh_kv_plan_compute(&kc, 1, b->g.num_kv_heads, b->g.head_dim, false, MAX_LEN,
-                                      MAX_SEQS, &plan, &err);
+                                      MAX_SEQS, NULL, &plan, &err);
     if (st == LH_OK)
-        st = lh_kv_cache_create(&plan, &b->cache, &err);
+        st = lh_kv_cache_create(&plan, b->kctx, &b->cache, &err);
     if (st != LH_OK) {
         printf("\n    KV cache: %s", err.msg);
         return false;

@@ -1,0 +1,328 @@
+/* The public device functions of lh_kernels.h ("devices, device memory, transfers and CUDA
+ * graphs"): argument checks here, then the CPU implementation (the host heap, memcpy) or the
+ * CUDA one (kernels/cuda/cuda_ctx.cu, graph.cu). Builds without CUDA answer every CUDA
+ * question with "not built" instead of failing to link. */
+#include "dispatch_checks.h"
+
+#ifdef LH_HAVE_CUDA
+#include "cuda/cuda_kernels.h"
+#endif
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define NOT_BUILT "this build has no CUDA kernels (built with -Dcuda=disabled or without nvcc)"
+
+bool lh_k_cuda_built(void)
+{
+#ifdef LH_HAVE_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+int lh_k_cuda_device_count(void)
+{
+#ifdef LH_HAVE_CUDA
+    return lh_cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+const char *lh_k_cuda_unavailable_reason(void)
+{
+#ifdef LH_HAVE_CUDA
+    return lh_cuda_unavailable_reason();
+#else
+    return NOT_BUILT;
+#endif
+}
+
+lh_status lh_k_cuda_device_info(int index, lh_k_device_info *info)
+{
+    if (!info)
+        return lh_kerr(NULL, LH_E_USAGE, "lh_k_cuda_device_info: info is NULL");
+#ifdef LH_HAVE_CUDA
+    return lh_cuda_device_info(index, info);
+#else
+    return lh_kerr(NULL, LH_E_UNSUPPORTED, "lh_k_cuda_device_info: cuda:%d: %s", index, NOT_BUILT);
+#endif
+}
+
+lh_device lh_k_ctx_device(const lh_kctx *ctx)
+{
+    lh_device cpu = {LH_DEVICE_CPU, 0};
+    return ctx ? ctx->device : cpu;
+}
+
+lh_status lh_k_ctx_set_bounds(lh_kctx *ctx, int64_t max_seq_len, int64_t max_blocks_per_seq)
+{
+    static const char fn[] = "lh_k_ctx_set_bounds";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    if (max_seq_len < 0 || max_blocks_per_seq < 0 || (max_seq_len == 0) != (max_blocks_per_seq == 0))
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "%s: max_seq_len %" PRId64 " and max_blocks_per_seq %" PRId64
+                       " must both be positive, or both 0 (no bounds)",
+                       fn, max_seq_len, max_blocks_per_seq);
+    if (max_blocks_per_seq > INT32_MAX)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: max_blocks_per_seq %" PRId64 " exceeds int32 tables",
+                       fn, max_blocks_per_seq);
+    ctx->bound_seq_len = max_seq_len;
+    ctx->bound_blocks_per_seq = max_blocks_per_seq;
+    return LH_OK;
+}
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+/* CPU allocations carry a header with their size, for the statistics. */
+#define HOST_HDR 256
+
+lh_status lh_k_alloc(lh_kctx *ctx, size_t bytes, void **out)
+{
+    static const char fn[] = "lh_k_alloc";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    if (!out)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: out is NULL", fn);
+    *out = NULL;
+    if (bytes == 0)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: 0 bytes asked", fn);
+    if (bytes > (SIZE_MAX >> 2))
+        return lh_kerr(ctx, LH_E_NOMEM, "%s: %zu bytes is beyond any device's memory", fn, bytes);
+#ifdef LH_HAVE_CUDA
+    if (ctx->cuda)
+        return lh_cuda_alloc(ctx, bytes, out);
+#endif
+    void *p = NULL;
+    if (posix_memalign(&p, 256, bytes + HOST_HDR) != 0)
+        return lh_kerr(ctx, LH_E_NOMEM, "%s: out of host memory asking for %.1f MiB (llmhost "
+                       "holds %.1f MiB through this context)", fn, (double)bytes / 1048576.0,
+                       (double)ctx->host_in_use / 1048576.0);
+    *(size_t *)p = bytes;
+    ctx->host_in_use += (int64_t)bytes;
+    if (ctx->host_in_use > ctx->host_peak)
+        ctx->host_peak = ctx->host_in_use;
+    *out = (unsigned char *)p + HOST_HDR;
+    return LH_OK;
+}
+
+void lh_k_free(lh_kctx *ctx, void *ptr)
+{
+    if (!ctx || !ptr)
+        return;
+#ifdef LH_HAVE_CUDA
+    if (ctx->cuda) {
+        lh_cuda_free(ctx, ptr);
+        return;
+    }
+#endif
+    unsigned char *base = (unsigned char *)ptr - HOST_HDR;
+    ctx->host_in_use -= (int64_t)*(size_t *)base;
+    free(base);
+}
+
+lh_status lh_k_memzero(lh_kctx *ctx, void *ptr, size_t bytes)
+{
+    static const char fn[] = "lh_k_memzero";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    if (bytes && !ptr)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: ptr is NULL (%zu bytes)", fn, bytes);
+#ifdef LH_HAVE_CUDA
+    if (ctx->cuda)
+        return lh_cuda_memzero(ctx, ptr, bytes);
+#endif
+    if (bytes)
+        memset(ptr, 0, bytes);
+    return LH_OK;
+}
+
+void lh_k_mem_stats_get(const lh_kctx *ctx, lh_k_mem_stats *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof *out);
+    if (!ctx)
+        return;
+#ifdef LH_HAVE_CUDA
+    if (ctx->cuda) {
+        lh_cuda_mem_stats(ctx, out);
+        return;
+    }
+#endif
+    out->in_use = ctx->host_in_use;
+    out->peak = ctx->host_peak;
+}
+
+/* ---- transfers ----------------------------------------------------------------------------- */
+
+static const char *dev_name(lh_device d, char *buf, size_t size)
+{
+    if (d.kind == LH_DEVICE_CPU)
+        snprintf(buf, size, "cpu");
+    else
+        snprintf(buf, size, "%s:%d", d.kind == LH_DEVICE_CUDA ? "cuda" : "unknown", d.index);
+    return buf;
+}
+
+/* A copy endpoint: the CPU, or the context's own device. */
+static lh_status check_side(lh_kctx *ctx, const char *fn, const char *arg, const lh_tensor *t,
+                            bool *on_dev)
+{
+    if (!t)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: %s is NULL", fn, arg);
+    *on_dev = t->device.kind != LH_DEVICE_CPU;
+    if (*on_dev && (t->device.kind != ctx->device.kind || t->device.index != ctx->device.index))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: %s is on %s, but the context is on %s", fn, arg,
+                       dev_name(t->device, (char[32]){0}, 32),
+                       dev_name(ctx->device, (char[32]){0}, 32));
+    return lh_kd_check_layout(ctx, fn, arg, t, 1, LH_MAX_DIMS, LH_KD_KV);
+}
+
+lh_status lh_k_copy(lh_kctx *ctx, lh_tensor *dst, const lh_tensor *src)
+{
+    static const char fn[] = "lh_k_copy";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    bool dst_dev, src_dev;
+    LH_KD_CHECK(check_side(ctx, fn, "dst", dst, &dst_dev));
+    LH_KD_CHECK(check_side(ctx, fn, "src", src, &src_dev));
+    if (dst->dtype != src->dtype || !lh_kd_same_shape(dst, src))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: dst %s %s and src %s %s must have the same dtype and "
+                       "shape", fn, lh_kd_dt_name(dst->dtype), LH_KD_SH(dst),
+                       lh_kd_dt_name(src->dtype), LH_KD_SH(src));
+    const int64_t bytes = lh_k_dtype_bytes(src->dtype, lh_cpu_numel(src));
+    if (bytes <= 0)
+        return LH_OK;
+    if (dst_dev == src_dev && lh_kd_overlaps(dst, src))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: dst and src overlap", fn);
+#ifdef LH_HAVE_CUDA
+    if (ctx->cuda)
+        return lh_cuda_copy(ctx, dst->data, dst_dev, src->data, src_dev, (size_t)bytes);
+#endif
+    memcpy(dst->data, src->data, (size_t)bytes);
+    return LH_OK;
+}
+
+lh_status lh_k_gather_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *rows, int64_t n,
+                           lh_tensor *dst)
+{
+    static const char fn[] = "lh_k_gather_rows";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "src", src, 2, 2, LH_KD_F32));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "dst", dst, 2, 2, LH_KD_F32));
+    const int64_t R = src->shape[0], D = src->shape[1];
+    if (n < 0 || dst->shape[0] != n || dst->shape[1] != D)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: dst %s must be [%" PRId64 ", %" PRId64 "] for src %s",
+                       fn, LH_KD_SH(dst), n, D, LH_KD_SH(src));
+    if (n > 0 && !rows)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: rows is NULL (n %" PRId64 ")", fn, n);
+    for (int64_t i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= R)
+            return lh_kerr(ctx, LH_E_USAGE, "%s: rows[%" PRId64 "] = %" PRId64
+                           " is outside src %s", fn, i, rows[i], LH_KD_SH(src));
+    if (lh_kd_overlaps(dst, src))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: dst overlaps src", fn);
+#ifdef LH_HAVE_CUDA
+    if (ctx->cuda)
+        return lh_cuda_gather_rows(ctx, src, rows, n, dst);
+#endif
+    const float *s = src->data;
+    float *d = dst->data;
+    for (int64_t i = 0; i < n; i++)
+        memcpy(d + i * D, s + rows[i] * D, (size_t)D * sizeof(float));
+    return LH_OK;
+}
+
+lh_status lh_k_sync(lh_kctx *ctx)
+{
+    LH_KD_CHECK(lh_kd_begin(ctx, "lh_k_sync"));
+#ifdef LH_HAVE_CUDA
+    if (ctx->cuda)
+        return lh_cuda_sync(ctx);
+#endif
+    return LH_OK;
+}
+
+/* ---- graphs -------------------------------------------------------------------------------- */
+
+static lh_status cuda_only(lh_kctx *ctx, const char *fn)
+{
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    if (ctx->device.kind != LH_DEVICE_CUDA)
+        return lh_kerr(ctx, LH_E_UNSUPPORTED, "%s: CUDA graphs need a CUDA context (this one is "
+                       "on %s)", fn, dev_name(ctx->device, (char[32]){0}, 32));
+    return LH_OK;
+}
+
+lh_status lh_k_graph_create(lh_kctx *ctx, lh_k_graph **out)
+{
+    static const char fn[] = "lh_k_graph_create";
+    LH_KD_CHECK(cuda_only(ctx, fn));
+    if (!out)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: out is NULL", fn);
+#ifdef LH_HAVE_CUDA
+    return lh_cuda_graph_create(ctx, out);
+#else
+    return lh_kerr(ctx, LH_E_INTERNAL, "%s: a CUDA context in a build without CUDA", fn);
+#endif
+}
+
+lh_status lh_k_graph_begin(lh_kctx *ctx, lh_k_graph *g)
+{
+    static const char fn[] = "lh_k_graph_begin";
+    LH_KD_CHECK(cuda_only(ctx, fn));
+    if (!g)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: graph is NULL", fn);
+#ifdef LH_HAVE_CUDA
+    return lh_cuda_graph_begin(ctx, g);
+#else
+    return lh_kerr(ctx, LH_E_INTERNAL, "%s: a CUDA context in a build without CUDA", fn);
+#endif
+}
+
+lh_status lh_k_graph_end(lh_kctx *ctx, lh_k_graph *g, bool *rerun)
+{
+    static const char fn[] = "lh_k_graph_end";
+    LH_KD_CHECK(cuda_only(ctx, fn));
+    if (!g || !rerun)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: graph or rerun is NULL", fn);
+#ifdef LH_HAVE_CUDA
+    return lh_cuda_graph_end(ctx, g, rerun);
+#else
+    return lh_kerr(ctx, LH_E_INTERNAL, "%s: a CUDA context in a build without CUDA", fn);
+#endif
+}
+
+void lh_k_graph_abort(lh_kctx *ctx, lh_k_graph *g)
+{
+#ifdef LH_HAVE_CUDA
+    if (ctx && ctx->cuda && g)
+        lh_cuda_graph_abort(ctx, g);
+#else
+    (void)ctx;
+    (void)g;
+#endif
+}
+
+void lh_k_graph_counts(const lh_k_graph *g, int64_t *captures, int64_t *replays)
+{
+#ifdef LH_HAVE_CUDA
+    lh_cuda_graph_counts(g, captures, replays);
+#else
+    (void)g;
+    if (captures)
+        *captures = 0;
+    if (replays)
+        *replays = 0;
+#endif
+}
+
+void lh_k_graph_free(lh_k_graph *g)
+{
+#ifdef LH_HAVE_CUDA
+    lh_cuda_graph_free(g);
+#else
+    (void)g;
+#endif
+}

@@ -1,0 +1,2064 @@
+/* Kernel library: the CUDA kernels against their CPU twins.
+ *
+ * Every GPU test draws random inputs from a fixed seed, runs the kernel on a CUDA context and
+ * the same call on a CPU context, downloads the result and compares it with the tolerance
+ * stated next to the comparison. Without a usable CUDA device (this build has no CUDA
+ * kernels, no driver, no device) each GPU test is reported as skipped with the library's
+ * reason, never as passed.
+ *
+ * A first suite runs everywhere and checks the device plumbing that needs no GPU: the
+ * unavailable reason, refusing a CUDA context, a CUDA tensor handed to a CPU context, graphs
+ * on a CPU context, and lh_k_alloc / lh_k_copy / lh_k_free on the host heap. */
+#include "ktest.h"
+
+#include <ctype.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- failure reporting ---------------------------------------------------------------------- */
+
+/* CUnit copies the condition string of a failure, so a formatted message can be reported. */
+static void fail_at(int line, const char *msg)
+{
+    printf("\n    FAIL (line %d) %s", line, msg);
+    CU_assertImplementation(CU_FALSE, (unsigned)line, msg, __FILE__, "", CU_FALSE);
+}
+
+#define FAILF(...)                                                                                \
+    do {                                                                                          \
+        char fm_[1024];                                                                           \
+        snprintf(fm_, sizeof fm_, __VA_ARGS__);                                                   \
+        fail_at(__LINE__, fm_);                                                                   \
+    } while (0)
+
+static bool ok_at(lh_kctx *ctx, lh_status st, const char *call, int line)
+{
+    if (st == LH_OK)
+        return true;
+    char m[1024];
+    snprintf(m, sizeof m, "%.300s returned %d: %.600s", call, (int)st, lh_k_last_error(ctx));
+    fail_at(line, m);
+    return false;
+}
+/* Asserts that call returns LH_OK (message from ctx, or the thread's message for NULL). */
+#define OK(ctx, call) ok_at((ctx), (call), #call, __LINE__)
+
+static bool expect_at(lh_kctx *ctx, lh_status st, lh_status want, const char *call, int line)
+{
+    if (st == want)
+        return true;
+    char m[1024];
+    snprintf(m, sizeof m, "%.300s returned %d, expected %d: %.600s", call, (int)st, (int)want,
+             lh_k_last_error(ctx));
+    fail_at(line, m);
+    return false;
+}
+#define EXPECT_ST(ctx, call, want) expect_at((ctx), (call), (want), #call, __LINE__)
+
+/* Case-insensitive substring test. */
+static bool icontains(const char *hay, const char *needle)
+{
+    if (!hay)
+        return false;
+    const size_t n = strlen(needle);
+    for (const char *p = hay;; p++) {
+        size_t i = 0;
+        while (i < n && p[i] &&
+               tolower((unsigned char)p[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n)
+            return true;
+        if (!*p)
+            return false;
+    }
+}
+
+/* ---- comparisons ---------------------------------------------------------------------------- */
+
+/* Element checks of one case: counts the failures and remembers the first and the worst. NaN
+ * matches only NaN, an infinity only the same infinity. */
+/* values compared by the current test (reported when its environment closes) */
+static int64_t compared;
+
+typedef struct acc {
+    int64_t n, bad, first_i, worst_i;
+    double first_got, first_want, worst_got, worst_want, worst_r;
+} acc;
+
+static void acc_add(acc *a, int64_t i, double got, double want, double tol)
+{
+    bool ok;
+    double r = 0;
+    if (isnan(want) || isnan(got)) {
+        ok = isnan(want) && isnan(got);
+    } else if (isinf(want) || isinf(got)) {
+        ok = got == want;
+    } else {
+        const double err = fabs(got - want);
+        ok = err <= tol;
+        r = tol > 0 ? err / tol : (err > 0 ? INFINITY : 0);
+    }
+    if (!ok && !(r > 0))
+        r = INFINITY;
+    a->n++;
+    compared++;
+    if (!ok && a->bad++ == 0) {
+        a->first_i = i;
+        a->first_got = got;
+        a->first_want = want;
+    }
+    if (r > a->worst_r || (!ok && a->bad == 1)) {
+        if (r > a->worst_r)
+            a->worst_r = r;
+        a->worst_i = i;
+        a->worst_got = got;
+        a->worst_want = want;
+    }
+}
+
+static bool acc_report_at(int line, const acc *a, const char *what)
+{
+    if (a->bad == 0)
+        return true;
+    char m[1024];
+    snprintf(m, sizeof m,
+             "%.400s: %lld of %lld values out of tolerance; first [%lld]: got %.9g want %.9g; "
+             "worst [%lld]: got %.9g want %.9g (err/tol %.3g)",
+             what, (long long)a->bad, (long long)a->n, (long long)a->first_i, a->first_got,
+             a->first_want, (long long)a->worst_i, a->worst_got, a->worst_want, a->worst_r);
+    fail_at(line, m);
+    return false;
+}
+#define ACC_REPORT(a, what) acc_report_at(__LINE__, (a), (what))
+
+/* |got - want| <= abs_tol + rel_tol |want| (+ extra[i] when extra is non-NULL). */
+static bool cmp_f32_at(int line, const char *what, const float *got, const float *want, int64_t n,
+                       double abs_tol, double rel_tol, const double *extra)
+{
+    acc a = {0};
+    for (int64_t i = 0; i < n; i++)
+        acc_add(&a, i, got[i], want[i],
+                abs_tol + rel_tol * fabs((double)want[i]) + (extra ? extra[i] : 0.0));
+    return acc_report_at(line, &a, what);
+}
+#define CMP(what, got, want, n, abs_tol, rel_tol, extra)                                          \
+    cmp_f32_at(__LINE__, (what), (got), (want), (n), (abs_tol), (rel_tol), (extra))
+
+static bool cmp_i32_at(int line, const char *what, const int32_t *got, const int32_t *want,
+                       int64_t n)
+{
+    int64_t bad = 0, first = -1;
+    compared += n;
+    for (int64_t i = 0; i < n; i++)
+        if (got[i] != want[i] && bad++ == 0)
+            first = i;
+    if (!bad)
+        return true;
+    char m[1024];
+    snprintf(m, sizeof m, "%.400s: %lld of %lld ids differ; first [%lld]: got %d want %d", what,
+             (long long)bad, (long long)n, (long long)first, got[first], want[first]);
+    fail_at(line, m);
+    return false;
+}
+#define CMP_IDS(what, got, want, n) cmp_i32_at(__LINE__, (what), (got), (want), (n))
+
+static float dt_value(lh_dtype dt, const void *base, int64_t i, uint32_t *bits)
+{
+    if (dt == LH_DTYPE_F32) {
+        float f;
+        memcpy(&f, (const char *)base + 4 * i, 4);
+        memcpy(bits, &f, 4);
+        return f;
+    }
+    const uint16_t u = ((const uint16_t *)base)[i];
+    *bits = u;
+    return dt == LH_DTYPE_BF16 ? lh_k_bf16_to_f32(u) : lh_k_f16_to_f32(u);
+}
+
+/* Bit-exact comparison of f32 / bf16 / f16 data, except that any NaN matches any NaN. */
+static bool cmp_bits_at(int line, const char *what, lh_dtype dt, const void *got,
+                        const void *want, int64_t n)
+{
+    int64_t bad = 0, first = -1;
+    compared += n;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t bg, bw;
+        const float fg = dt_value(dt, got, i, &bg), fw = dt_value(dt, want, i, &bw);
+        if (bg != bw && !(isnan(fg) && isnan(fw)) && bad++ == 0)
+            first = i;
+    }
+    if (!bad)
+        return true;
+    uint32_t bg, bw;
+    const float fg = dt_value(dt, got, first, &bg), fw = dt_value(dt, want, first, &bw);
+    char m[1024];
+    snprintf(m, sizeof m,
+             "%.400s: %lld of %lld values differ; first [%lld]: got 0x%x (%.9g) want 0x%x (%.9g)",
+             what, (long long)bad, (long long)n, (long long)first, (unsigned)bg, (double)fg,
+             (unsigned)bw, (double)fw);
+    fail_at(line, m);
+    return false;
+}
+#define CMP_BITS(what, dt, got, want, n) cmp_bits_at(__LINE__, (what), (dt), (got), (want), (n))
+
+/* ---- host helpers --------------------------------------------------------------------------- */
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "test_cuda_kernels: out of host memory\n");
+        abort();
+    }
+    return p;
+}
+
+static void fill_uniform(float *x, int64_t n, float scale)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = kt_uniform() * scale;
+}
+
+static size_t dt_size(lh_dtype dt)
+{
+    return dt == LH_DTYPE_F32 ? 4 : dt == LH_DTYPE_FP8_E4M3 ? 1 : 2;
+}
+
+static const char *dt_name(lh_dtype dt)
+{
+    switch (dt) {
+    case LH_DTYPE_F32: return "f32";
+    case LH_DTYPE_BF16: return "bf16";
+    case LH_DTYPE_F16: return "f16";
+    case LH_DTYPE_FP8_E4M3: return "fp8";
+    default: return "?";
+    }
+}
+
+/* ---- GPU environment: a CUDA and a CPU context, device buffers freed together -------------- */
+
+/* LH_TEST_CUDA_AS_CPU=1: a scalar-ISA CPU context stands in for the device, so the suite's own
+ * logic (buffers, shapes, tolerances) can be checked on a machine without a GPU. Tests of
+ * what only a real device has (memory numbers, graphs) stay skipped then. */
+static bool as_cpu(void)
+{
+    static int mode = -1;
+    if (mode < 0) {
+        const char *v = getenv("LH_TEST_CUDA_AS_CPU");
+        mode = v && v[0] == '1' && v[1] == 0;
+    }
+    return mode == 1;
+}
+
+#define SKIP_WITHOUT_GPU(allow_cpu_stand_in)                                                      \
+    do {                                                                                          \
+        if (lh_k_cuda_device_count() == 0 && !((allow_cpu_stand_in) && as_cpu())) {              \
+            char why_[512];                                                                       \
+            snprintf(why_, sizeof why_, "CUDA unavailable: %s", lh_k_cuda_unavailable_reason());  \
+            LH_TEST_SKIP(why_);                                                                   \
+            return;                                                                               \
+        }                                                                                         \
+        if (!(allow_cpu_stand_in) && as_cpu()) {                                                  \
+            LH_TEST_SKIP("needs a real CUDA device (LH_TEST_CUDA_AS_CPU is set)");                \
+            return;                                                                               \
+        }                                                                                         \
+    } while (0)
+/* GPU tests: skipped without a device */
+#define NEED_GPU() SKIP_WITHOUT_GPU(true)
+#define NEED_REAL_GPU() SKIP_WITHOUT_GPU(false)
+
+#define MAX_BUFS 128
+
+typedef struct genv {
+    lh_kctx *g, *c; /* CUDA device 0; CPU with every core */
+    void *buf[MAX_BUFS];
+    int nbuf;
+} genv;
+
+static bool env_open(genv *e)
+{
+    memset(e, 0, sizeof *e);
+    e->g = as_cpu() ? kt_ctx(1, LH_K_ISA_SCALAR) : lh_k_ctx_create(1, kt_cuda());
+    if (!e->g) {
+        FAILF("lh_k_ctx_create(cuda:0) failed: %s", lh_k_last_error(NULL));
+        return false;
+    }
+    e->c = lh_k_ctx_create(0, kt_cpu());
+    if (!e->c) {
+        FAILF("lh_k_ctx_create(cpu) failed: %s", lh_k_last_error(NULL));
+        lh_k_ctx_free(e->g);
+        e->g = NULL;
+        return false;
+    }
+    return true;
+}
+
+/* Waits for the queued work (reporting a deferred fault), then frees every device buffer. */
+static void env_drop(genv *e)
+{
+    OK(e->g, lh_k_sync(e->g));
+    for (int i = e->nbuf - 1; i >= 0; i--)
+        lh_k_free(e->g, e->buf[i]);
+    e->nbuf = 0;
+}
+
+static void env_close(genv *e)
+{
+    printf("\n    %lld values compared", (long long)compared);
+    compared = 0;
+    env_drop(e);
+    lh_k_ctx_free(e->g);
+    lh_k_ctx_free(e->c);
+}
+
+/* Device memory (uninitialized); NULL after a reported failure (the kernel given it then
+ * fails its argument checks, which is reported too). */
+static void *dnew(genv *e, size_t bytes)
+{
+    if (e->nbuf == MAX_BUFS) {
+        FAILF("test bug: more than %d device buffers", MAX_BUFS);
+        return NULL;
+    }
+    void *p = NULL;
+    if (!OK(e->g, lh_k_alloc(e->g, bytes ? bytes : 1, &p)))
+        return NULL;
+    e->buf[e->nbuf++] = p;
+    return p;
+}
+
+static lh_tensor on_gpu(lh_tensor t)
+{
+    if (!as_cpu())
+        t.device = kt_cuda();
+    return t;
+}
+
+/* dev[0..n) = host[0..n), n elements of dt. */
+static bool dset(genv *e, lh_dtype dt, void *dev, const void *host, int64_t n)
+{
+    if (n == 0)
+        return true;
+    lh_tensor d = on_gpu(kt_t1(dt, dev, n)), h = kt_t1(dt, (void *)host, n);
+    return OK(e->g, lh_k_copy(e->g, &d, &h));
+}
+
+/* host[0..n) = dev[0..n). */
+static bool dget(genv *e, lh_dtype dt, void *host, const void *dev, int64_t n)
+{
+    if (n == 0)
+        return true;
+    lh_tensor d = on_gpu(kt_t1(dt, (void *)dev, n)), h = kt_t1(dt, host, n);
+    return OK(e->g, lh_k_copy(e->g, &h, &d));
+}
+
+/* A new device buffer holding a copy of host. */
+static void *dput(genv *e, lh_dtype dt, const void *host, int64_t n)
+{
+    void *p = dnew(e, (size_t)lh_k_dtype_bytes(dt, n));
+    if (p && !dset(e, dt, p, host, n))
+        return NULL;
+    return p;
+}
+
+/* ================================================================================================
+ * Suite 1: behaviour without a GPU (runs everywhere)
+ * ============================================================================================= */
+
+static void test_reason_when_unavailable(void)
+{
+    const int n = lh_k_cuda_device_count();
+    const char *why = lh_k_cuda_unavailable_reason();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(why);
+    CU_ASSERT_TRUE(n >= 0);
+    if (n == 0) {
+        if (!*why)
+            FAILF("lh_k_cuda_device_count() is 0 but lh_k_cuda_unavailable_reason() is empty");
+        if (!lh_k_cuda_built() && !icontains(why, "build"))
+            FAILF("no CUDA in this build, but the reason does not say so: \"%s\"", why);
+    } else {
+        CU_ASSERT_TRUE(lh_k_cuda_built());
+        if (*why)
+            FAILF("%d CUDA device(s), but the unavailable reason is \"%s\"", n, why);
+    }
+    /* stable: a second query agrees */
+    CU_ASSERT_EQUAL(lh_k_cuda_device_count(), n);
+    if (!lh_k_cuda_built())
+        CU_ASSERT_EQUAL(n, 0);
+}
+
+static void test_cuda_ctx_refused(void)
+{
+    const int n = lh_k_cuda_device_count();
+    /* an ordinal past the last device is refused in every build */
+    lh_device past = {LH_DEVICE_CUDA, n};
+    lh_kctx *ctx = lh_k_ctx_create(1, past);
+    CU_ASSERT_PTR_NULL(ctx);
+    if (ctx) {
+        lh_k_ctx_free(ctx);
+        return;
+    }
+    const char *msg = lh_k_last_error(NULL);
+    if (!icontains(msg, "cuda"))
+        FAILF("creating a context on cuda:%d failed with a message not naming cuda: \"%s\"", n,
+              msg);
+    if (n == 0) {
+        /* copy: the reason may be rebuilt by the next call */
+        char why[512];
+        snprintf(why, sizeof why, "%s", lh_k_cuda_unavailable_reason());
+        ctx = lh_k_ctx_create(1, kt_cuda());
+        CU_ASSERT_PTR_NULL(ctx);
+        if (ctx) {
+            lh_k_ctx_free(ctx);
+            return;
+        }
+        msg = lh_k_last_error(NULL);
+        if (!icontains(msg, "cuda") || !kt_contains(msg, why))
+            FAILF("lh_k_ctx_create(cuda:0) without a device: message \"%s\" should name cuda "
+                  "and the reason \"%s\"",
+                  msg, why);
+    }
+}
+
+static void test_device_info_without_device(void)
+{
+    const int n = lh_k_cuda_device_count();
+    lh_k_device_info info;
+    memset(&info, 0, sizeof info);
+    EXPECT_ST(NULL, lh_k_cuda_device_info(n, &info), LH_E_UNSUPPORTED);
+    if (n > 0) {
+        if (OK(NULL, lh_k_cuda_device_info(0, &info))) {
+            CU_ASSERT_TRUE(info.name[0] != 0);
+            CU_ASSERT_TRUE(info.cc_major >= 7);
+            CU_ASSERT_TRUE(info.sm_count > 0);
+            CU_ASSERT_TRUE(info.total_bytes > 0);
+            CU_ASSERT_TRUE(info.free_bytes > 0 && info.free_bytes <= info.total_bytes);
+            CU_ASSERT_TRUE(info.bandwidth_gbs > 0);
+            printf("\n    device 0: %s, sm_%d%d, %d SMs, %.1f GiB, %.0f GB/s, kernels %s",
+                   info.name, info.cc_major, info.cc_minor, info.sm_count,
+                   (double)info.total_bytes / 1073741824.0, info.bandwidth_gbs, info.kernels);
+        }
+    } else {
+        EXPECT_ST(NULL, lh_k_cuda_device_info(0, &info), LH_E_UNSUPPORTED);
+    }
+    EXPECT_ST(NULL, lh_k_cuda_device_info(-1, &info), LH_E_UNSUPPORTED);
+}
+
+static lh_tensor as_cuda(lh_tensor t)
+{
+    t.device = kt_cuda();
+    return t;
+}
+
+/* The device check comes before any data is touched, so a fake device pointer is safe. */
+static void test_cuda_tensor_on_cpu_ctx(void)
+{
+    lh_kctx *ctx = lh_k_ctx_create(1, kt_cpu());
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    CU_ASSERT_EQUAL(lh_k_ctx_device(ctx).kind, LH_DEVICE_CPU);
+    void *fake = (void *)(uintptr_t)0x10000;
+    float x[4 * 8], w[8 * 8], y[4 * 8];
+    memset(x, 0, sizeof x);
+    memset(w, 0, sizeof w);
+    memset(y, 0, sizeof y);
+    lh_tensor tx = kt_t2(LH_DTYPE_F32, x, 4, 8), tw = kt_t2(LH_DTYPE_F32, w, 8, 8);
+    lh_tensor ty = kt_t2(LH_DTYPE_F32, y, 4, 8);
+    lh_tensor gx = as_cuda(kt_t2(LH_DTYPE_F32, fake, 4, 8));
+    lh_tensor gw = as_cuda(kt_t2(LH_DTYPE_F32, fake, 8, 8));
+    lh_tensor gy = as_cuda(kt_t2(LH_DTYPE_F32, fake, 4, 8));
+
+#define REFUSED(call)                                                                             \
+    do {                                                                                          \
+        if (EXPECT_ST(ctx, (call), LH_E_USAGE)) {                                                 \
+            const char *m_ = lh_k_last_error(ctx);                                                \
+            if (!icontains(m_, "cuda") || !icontains(m_, "cpu"))                                  \
+                FAILF("%s: message should name both devices: \"%s\"", #call, m_);                 \
+        }                                                                                         \
+    } while (0)
+    REFUSED(lh_k_matmul(ctx, &gx, &tw, NULL, &ty));
+    REFUSED(lh_k_matmul(ctx, &tx, &gw, NULL, &ty));
+    REFUSED(lh_k_matmul(ctx, &tx, &tw, NULL, &gy));
+    REFUSED(lh_k_silu_mul(ctx, &tx, &gx, &ty));
+    REFUSED(lh_k_softmax(ctx, &gy));
+    int32_t ids[4];
+    REFUSED(lh_k_argmax(ctx, &gx, ids));
+    lh_tensor gw1 = as_cuda(kt_t1(LH_DTYPE_F32, fake, 8));
+    REFUSED(lh_k_rmsnorm(ctx, &tx, &gw1, 1e-6f, 0.0f, &ty));
+    /* a CUDA tensor is neither the CPU nor this context's device for lh_k_copy either */
+    REFUSED(lh_k_copy(ctx, &gx, &tx));
+    REFUSED(lh_k_copy(ctx, &tx, &gx));
+#undef REFUSED
+    /* nothing was written */
+    for (int i = 0; i < 4 * 8; i++)
+        CU_ASSERT_EQUAL(y[i], 0.0f);
+    lh_k_ctx_free(ctx);
+}
+
+static void test_graph_on_cpu_ctx(void)
+{
+    lh_kctx *ctx = lh_k_ctx_create(1, kt_cpu());
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    lh_k_graph *g = NULL;
+    EXPECT_ST(ctx, lh_k_graph_create(ctx, &g), LH_E_UNSUPPORTED);
+    CU_ASSERT_PTR_NULL(g);
+    lh_k_graph_free(g);
+    lh_k_ctx_free(ctx);
+}
+
+static void test_cpu_alloc_copy_free(void)
+{
+    lh_kctx *ctx = lh_k_ctx_create(1, kt_cpu());
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    void *p = (void *)(uintptr_t)1;
+    EXPECT_ST(ctx, lh_k_alloc(ctx, 0, &p), LH_E_USAGE);
+
+    lh_k_mem_stats s0, s1, s2;
+    lh_k_mem_stats_get(ctx, &s0);
+    const int64_t n = 1000;
+    float *a = xcalloc((size_t)n, sizeof(float)), *b = xcalloc((size_t)n, sizeof(float));
+    kt_seed(11);
+    fill_uniform(a, n, 5.0f);
+    void *m = NULL;
+    if (OK(ctx, lh_k_alloc(ctx, (size_t)n * sizeof(float), &m))) {
+        CU_ASSERT_PTR_NOT_NULL(m);
+        CU_ASSERT_EQUAL((uintptr_t)m % 256, 0);
+        lh_k_mem_stats_get(ctx, &s1);
+        CU_ASSERT_TRUE(s1.in_use >= s0.in_use + n * (int64_t)sizeof(float));
+        CU_ASSERT_TRUE(s1.peak >= s1.in_use);
+        lh_tensor tm = kt_t1(LH_DTYPE_F32, m, n), ta = kt_t1(LH_DTYPE_F32, a, n);
+        lh_tensor tb = kt_t1(LH_DTYPE_F32, b, n);
+        OK(ctx, lh_k_copy(ctx, &tm, &ta));
+        OK(ctx, lh_k_copy(ctx, &tb, &tm));
+        CU_ASSERT_EQUAL(memcmp(a, b, (size_t)n * sizeof(float)), 0);
+        OK(ctx, lh_k_memzero(ctx, m, (size_t)n * sizeof(float)));
+        OK(ctx, lh_k_sync(ctx));
+        OK(ctx, lh_k_copy(ctx, &tb, &tm));
+        bool zero = true;
+        for (int64_t i = 0; i < n; i++)
+            zero = zero && b[i] == 0.0f;
+        CU_ASSERT_TRUE(zero);
+        /* shape mismatch */
+        lh_tensor tshort = kt_t1(LH_DTYPE_F32, b, n - 1);
+        EXPECT_ST(ctx, lh_k_copy(ctx, &tshort, &tm), LH_E_USAGE);
+        lh_k_free(ctx, m);
+        lh_k_mem_stats_get(ctx, &s2);
+        CU_ASSERT_EQUAL(s2.in_use, s0.in_use);
+    }
+    free(a);
+    free(b);
+    lh_k_ctx_free(ctx);
+}
+
+/* ================================================================================================
+ * Suite 2: every CUDA kernel against its CPU twin
+ * ============================================================================================= */
+
+static void test_gpu_context_and_memory(void)
+{
+    NEED_REAL_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    CU_ASSERT_EQUAL(lh_k_ctx_device(e.g).kind, LH_DEVICE_CUDA);
+    CU_ASSERT_EQUAL(lh_k_ctx_device(e.g).index, 0);
+
+    /* an absurd size: LH_E_NOMEM with the numbers, among them the free memory */
+    void *huge = NULL;
+    if (EXPECT_ST(e.g, lh_k_alloc(e.g, (size_t)1 << 50, &huge), LH_E_NOMEM)) {
+        if (!icontains(lh_k_last_error(e.g), "free"))
+            FAILF("LH_E_NOMEM message should report the free memory: \"%s\"",
+                  lh_k_last_error(e.g));
+    }
+    EXPECT_ST(e.g, lh_k_alloc(e.g, 0, &huge), LH_E_USAGE);
+
+    lh_k_mem_stats s0, s1, s2;
+    lh_k_mem_stats_get(e.g, &s0);
+    const size_t bytes = (size_t)3 << 20;
+    void *p = NULL;
+    if (OK(e.g, lh_k_alloc(e.g, bytes, &p))) {
+        CU_ASSERT_EQUAL((uintptr_t)p % 256, 0);
+        lh_k_mem_stats_get(e.g, &s1);
+        CU_ASSERT_TRUE(s1.in_use >= s0.in_use + (int64_t)bytes);
+        CU_ASSERT_TRUE(s1.peak >= s1.in_use);
+        CU_ASSERT_TRUE(s1.device_total > 0);
+        CU_ASSERT_TRUE(s1.device_free > 0 && s1.device_free <= s1.device_total);
+        /* memzero, then a round trip */
+        const int64_t n = (int64_t)(bytes / sizeof(float));
+        float *h = xcalloc((size_t)n, sizeof(float));
+        for (int64_t i = 0; i < n; i++)
+            h[i] = 1.0f;
+        OK(e.g, lh_k_memzero(e.g, p, bytes));
+        if (dget(&e, LH_DTYPE_F32, h, p, n)) {
+            bool zero = true;
+            for (int64_t i = 0; i < n; i++)
+                zero = zero && h[i] == 0.0f;
+            CU_ASSERT_TRUE(zero);
+        }
+        kt_seed(5);
+        fill_uniform(h, n, 1.0f);
+        float *back = xcalloc((size_t)n, sizeof(float));
+        if (dset(&e, LH_DTYPE_F32, p, h, n) && dget(&e, LH_DTYPE_F32, back, p, n))
+            CU_ASSERT_EQUAL(memcmp(h, back, bytes), 0);
+        /* device to device */
+        void *q = dnew(&e, bytes);
+        lh_tensor tp = on_gpu(kt_t1(LH_DTYPE_F32, p, n)), tq = on_gpu(kt_t1(LH_DTYPE_F32, q, n));
+        memset(back, 0, bytes);
+        if (q && OK(e.g, lh_k_copy(e.g, &tq, &tp)) && dget(&e, LH_DTYPE_F32, back, q, n))
+            CU_ASSERT_EQUAL(memcmp(h, back, bytes), 0);
+        /* a CPU tensor is fine for lh_k_copy but not for a kernel on a CUDA context */
+        lh_tensor hx = kt_t2(LH_DTYPE_F32, h, 4, 8);
+        if (EXPECT_ST(e.g, lh_k_softmax(e.g, &hx), LH_E_USAGE)) {
+            const char *m = lh_k_last_error(e.g);
+            if (!icontains(m, "cuda") || !icontains(m, "cpu"))
+                FAILF("a CPU tensor on a CUDA context: message should name both devices: "
+                      "\"%s\"", m);
+        }
+        free(h);
+        free(back);
+        env_drop(&e);
+        lh_k_free(e.g, p);
+        lh_k_mem_stats_get(e.g, &s2);
+        CU_ASSERT_EQUAL(s2.in_use, s0.in_use);
+    }
+    env_close(&e);
+}
+
+/* ---- matmul --------------------------------------------------------------------------------- */
+
+/* Tolerances, per output element, relative to the row's sum_k |x_mk| |w_nk| (+ |bias_n|):
+ *   M <= 8 (GEMV path, f32 x times converted weights): 1e-5 for every weight dtype;
+ *   M > 8 (cuBLAS path): f32 weights 1e-5; bf16 weights 1e-2 (x is rounded to bf16 for the
+ *   tensor cores: 2^-8 relative per product); f16 weights 2e-3 (x rounded to f16: 2^-11). */
+static void test_gpu_matmul(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(101);
+    static const int64_t Ms[5] = {1, 3, 8, 9, 64};
+    static const int64_t NK[3][2] = {{256, 4096}, {1000, 77}, {77, 1000}};
+    static const lh_dtype wdts[3] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16};
+    const int64_t Mmax = 64;
+    for (int si = 0; si < 3; si++) {
+        const int64_t N = NK[si][0], K = NK[si][1];
+        float *x = xcalloc((size_t)(Mmax * K), sizeof(float));
+        float *wref = xcalloc((size_t)(N * K), sizeof(float));
+        void *w = xcalloc((size_t)(N * K), sizeof(float));
+        float *bref = xcalloc((size_t)N, sizeof(float));
+        void *bias = xcalloc((size_t)N, sizeof(float));
+        float *yc = xcalloc((size_t)(Mmax * N), sizeof(float));
+        float *yg = xcalloc((size_t)(Mmax * N), sizeof(float));
+        double *sabs = xcalloc((size_t)(Mmax * N), sizeof(double));
+        double *tol = xcalloc((size_t)(Mmax * N), sizeof(double));
+        for (int di = 0; di < 3; di++) {
+            const lh_dtype dt = wdts[di];
+            kt_fill_w(dt, w, wref, N * K, 1.0f);
+            kt_fill_w(dt, bias, bref, N, 1.0f);
+            void *dw = dput(&e, dt, w, N * K), *db = dput(&e, dt, bias, N);
+            lh_tensor hw = kt_t2(dt, w, N, K), hb = kt_t1(dt, bias, N);
+            lh_tensor gw = on_gpu(kt_t2(dt, dw, N, K)), gb = on_gpu(kt_t1(dt, db, N));
+            for (int mi = 0; mi < 5; mi++) {
+                const int64_t M = Ms[mi];
+                fill_uniform(x, M * K, 1.0f);
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t n = 0; n < N; n++) {
+                        double s = 0;
+                        for (int64_t k = 0; k < K; k++)
+                            s += fabs((double)x[m * K + k]) * fabs((double)wref[n * K + k]);
+                        sabs[m * N + n] = s;
+                    }
+                void *dx = dput(&e, LH_DTYPE_F32, x, M * K);
+                void *dy = dnew(&e, (size_t)(M * N) * sizeof(float));
+                lh_tensor hx = kt_t2(LH_DTYPE_F32, x, M, K), hy = kt_t2(LH_DTYPE_F32, yc, M, N);
+                lh_tensor gx = on_gpu(kt_t2(LH_DTYPE_F32, dx, M, K));
+                lh_tensor gy = on_gpu(kt_t2(LH_DTYPE_F32, dy, M, N));
+                const double rel = M <= 8                 ? 1e-5
+                                   : dt == LH_DTYPE_BF16 ? 1e-2
+                                   : dt == LH_DTYPE_F16  ? 2e-3
+                                                          : 1e-5;
+                for (int wb = 0; wb < 2; wb++) {
+                    memset(yc, 0, (size_t)(M * N) * sizeof(float));
+                    memset(yg, 0, (size_t)(M * N) * sizeof(float));
+                    char what[160];
+                    snprintf(what, sizeof what, "matmul w %s M %lld N %lld K %lld%s",
+                             dt_name(dt), (long long)M, (long long)N, (long long)K,
+                             wb ? " + bias" : "");
+                    const bool ok =
+                        OK(e.c, lh_k_matmul(e.c, &hx, &hw, wb ? &hb : NULL, &hy)) &&
+                        OK(e.g, lh_k_matmul(e.g, &gx, &gw, wb ? &gb : NULL, &gy)) &&
+                        dget(&e, LH_DTYPE_F32, yg, dy, M * N);
+                    if (!ok)
+                        continue;
+                    for (int64_t i = 0; i < M * N; i++)
+                        tol[i] = rel * (sabs[i] + (wb ? fabs((double)bref[i % N]) : 0.0));
+                    CMP(what, yg, yc, M * N, 0.0, 0.0, tol);
+                }
+            }
+            env_drop(&e);
+        }
+        free(x);
+        free(wref);
+        free(w);
+        free(bref);
+        free(bias);
+        free(yc);
+        free(yg);
+        free(sabs);
+        free(tol);
+    }
+    env_close(&e);
+}
+
+/* ---- embedding, gather_rows ----------------------------------------------------------------- */
+
+/* exact: a table lookup converts each element the same way on both devices */
+static void test_gpu_embedding(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(202);
+    const int64_t V = 500, D = 96, n = 13;
+    static const int32_t ids[13] = {0, 499, 7, 7, 250, 1, 498, 3, 100, 200, 300, 400, 0};
+    static const lh_dtype dts[3] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16};
+    void *table = xcalloc((size_t)(V * D), sizeof(float));
+    float *ref = xcalloc((size_t)(V * D), sizeof(float));
+    float *oc = xcalloc((size_t)(n * D), sizeof(float)), *og = xcalloc((size_t)(n * D), sizeof(float));
+    for (int di = 0; di < 3; di++) {
+        const lh_dtype dt = dts[di];
+        kt_fill_w(dt, table, ref, V * D, 3.0f);
+        void *dtab = dput(&e, dt, table, V * D);
+        void *dout = dnew(&e, (size_t)(n * D) * sizeof(float));
+        lh_tensor ht = kt_t2(dt, table, V, D), ho = kt_t2(LH_DTYPE_F32, oc, n, D);
+        lh_tensor gt = on_gpu(kt_t2(dt, dtab, V, D)), go = on_gpu(kt_t2(LH_DTYPE_F32, dout, n, D));
+        for (int64_t nn = 1; nn <= n; nn += n - 1) {
+            ho.shape[0] = go.shape[0] = nn;
+            char what[64];
+            snprintf(what, sizeof what, "embedding %s n %lld", dt_name(dt), (long long)nn);
+            if (OK(e.c, lh_k_embedding(e.c, &ht, ids, nn, &ho)) &&
+                OK(e.g, lh_k_embedding(e.g, &gt, ids, nn, &go)) &&
+                dget(&e, LH_DTYPE_F32, og, dout, nn * D))
+                CMP(what, og, oc, nn * D, 0.0, 0.0, NULL);
+        }
+        /* an id outside the table is refused on the device too */
+        const int32_t bad[2] = {3, (int32_t)V};
+        go.shape[0] = 2;
+        EXPECT_ST(e.g, lh_k_embedding(e.g, &gt, bad, 2, &go), LH_E_USAGE);
+        env_drop(&e);
+    }
+    free(table);
+    free(ref);
+    free(oc);
+    free(og);
+    env_close(&e);
+}
+
+/* exact: a copy */
+static void test_gpu_gather_rows(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(303);
+    const int64_t R = 50, D = 33, n = 17;
+    float *src = xcalloc((size_t)(R * D), sizeof(float));
+    float *oc = xcalloc((size_t)(n * D), sizeof(float)), *og = xcalloc((size_t)(n * D), sizeof(float));
+    fill_uniform(src, R * D, 10.0f);
+    int64_t rows[17];
+    for (int64_t i = 0; i < n; i++)
+        rows[i] = (int64_t)(kt_u64() % (uint64_t)R);
+    rows[0] = 0;
+    rows[1] = R - 1;
+    rows[2] = rows[3];
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t d = 0; d < D; d++)
+            oc[i * D + d] = src[rows[i] * D + d];
+    void *ds = dput(&e, LH_DTYPE_F32, src, R * D), *dd = dnew(&e, (size_t)(n * D) * sizeof(float));
+    lh_tensor gs = on_gpu(kt_t2(LH_DTYPE_F32, ds, R, D)), gd = on_gpu(kt_t2(LH_DTYPE_F32, dd, n, D));
+    if (OK(e.g, lh_k_gather_rows(e.g, &gs, rows, n, &gd)) && dget(&e, LH_DTYPE_F32, og, dd, n * D))
+        CMP("gather_rows", og, oc, n * D, 0.0, 0.0, NULL);
+    /* the CPU twin gives the same */
+    float *oc2 = xcalloc((size_t)(n * D), sizeof(float));
+    lh_tensor hs = kt_t2(LH_DTYPE_F32, src, R, D), hd = kt_t2(LH_DTYPE_F32, oc2, n, D);
+    if (OK(e.c, lh_k_gather_rows(e.c, &hs, rows, n, &hd)))
+        CMP("gather_rows (cpu)", oc2, oc, n * D, 0.0, 0.0, NULL);
+    const int64_t bad[2] = {0, R};
+    gd.shape[0] = 2;
+    EXPECT_ST(e.g, lh_k_gather_rows(e.g, &gs, bad, 2, &gd), LH_E_USAGE);
+    free(src);
+    free(oc);
+    free(og);
+    free(oc2);
+    env_close(&e);
+}
+
+/* ---- rmsnorm, add_rmsnorm, silu_mul, softmax, argmax, convert ------------------------------- */
+
+/* rmsnorm outputs: 1e-5 relative (+1e-6 absolute); the residual sum of add_rmsnorm: exact (one
+ * f32 addition). Cases: separate out, out == x (aliasing), offset 0 and 1. */
+static void test_gpu_rmsnorm(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(404);
+    static const int64_t Ds[2] = {4096, 77};
+    static const lh_dtype dts[3] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16};
+    const int64_t M = 5;
+    const float eps = 1e-5f;
+    for (int si = 0; si < 2; si++) {
+        const int64_t D = Ds[si], n = M * D;
+        float *x = xcalloc((size_t)n, sizeof(float)), *r = xcalloc((size_t)n, sizeof(float));
+        float *xc = xcalloc((size_t)n, sizeof(float)), *rc = xcalloc((size_t)n, sizeof(float));
+        float *oc = xcalloc((size_t)n, sizeof(float)), *og = xcalloc((size_t)n, sizeof(float));
+        float *rg = xcalloc((size_t)n, sizeof(float)), *wref = xcalloc((size_t)D, sizeof(float));
+        void *w = xcalloc((size_t)D, sizeof(float));
+        fill_uniform(x, n, 3.0f);
+        fill_uniform(r, n, 2.0f);
+        void *dx = dnew(&e, (size_t)n * sizeof(float)), *dr = dnew(&e, (size_t)n * sizeof(float));
+        void *dout = dnew(&e, (size_t)n * sizeof(float));
+        for (int di = 0; di < 3; di++) {
+            const lh_dtype dt = dts[di];
+            kt_fill_w(dt, w, wref, D, 1.0f);
+            void *dw = dput(&e, dt, w, D);
+            lh_tensor hw = kt_t1(dt, w, D), gw = on_gpu(kt_t1(dt, dw, D));
+            for (int oi = 0; oi < 2; oi++)
+                for (int cs = 0; cs < 4; cs++) {
+                    const float off = (float)oi;
+                    const bool add = cs >= 2, alias = cs % 2 == 1;
+                    memcpy(xc, x, (size_t)n * sizeof(float));
+                    memcpy(rc, r, (size_t)n * sizeof(float));
+                    if (!dset(&e, LH_DTYPE_F32, dx, x, n) || !dset(&e, LH_DTYPE_F32, dr, r, n))
+                        continue;
+                    lh_tensor hx = kt_t2(LH_DTYPE_F32, xc, M, D), hr = kt_t2(LH_DTYPE_F32, rc, M, D);
+                    lh_tensor ho = alias ? hx : kt_t2(LH_DTYPE_F32, oc, M, D);
+                    lh_tensor gx = on_gpu(kt_t2(LH_DTYPE_F32, dx, M, D));
+                    lh_tensor gr = on_gpu(kt_t2(LH_DTYPE_F32, dr, M, D));
+                    lh_tensor go = alias ? gx : on_gpu(kt_t2(LH_DTYPE_F32, dout, M, D));
+                    char what[160];
+                    snprintf(what, sizeof what, "%s w %s D %lld offset %g%s",
+                             add ? "add_rmsnorm" : "rmsnorm", dt_name(dt), (long long)D,
+                             (double)off, alias ? " out == x" : "");
+                    bool ok;
+                    if (add)
+                        ok = OK(e.c, lh_k_add_rmsnorm(e.c, &hr, &hx, &hw, eps, off, &ho)) &&
+                             OK(e.g, lh_k_add_rmsnorm(e.g, &gr, &gx, &gw, eps, off, &go));
+                    else
+                        ok = OK(e.c, lh_k_rmsnorm(e.c, &hx, &hw, eps, off, &ho)) &&
+                             OK(e.g, lh_k_rmsnorm(e.g, &gx, &gw, eps, off, &go));
+                    if (!ok || !dget(&e, LH_DTYPE_F32, og, go.data, n))
+                        continue;
+                    CMP(what, og, (const float *)ho.data, n, 1e-6, 1e-5, NULL);
+                    if (add && dget(&e, LH_DTYPE_F32, rg, dr, n)) {
+                        char w2[192];
+                        snprintf(w2, sizeof w2, "%.160s: residual", what);
+                        CMP(w2, rg, rc, n, 0.0, 0.0, NULL);
+                    }
+                }
+        }
+        env_drop(&e);
+        free(x);
+        free(r);
+        free(xc);
+        free(rc);
+        free(oc);
+        free(og);
+        free(rg);
+        free(wref);
+        free(w);
+    }
+    env_close(&e);
+}
+
+/* 1e-6 relative (expf may differ by an ulp or two between libm and CUDA); out separate, out ==
+ * gate, out == up. */
+static void test_gpu_silu_mul(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(505);
+    static const int64_t Is[2] = {1000, 4097};
+    const int64_t M = 3;
+    for (int si = 0; si < 2; si++) {
+        const int64_t I = Is[si], n = M * I;
+        float *gate = xcalloc((size_t)n, sizeof(float)), *up = xcalloc((size_t)n, sizeof(float));
+        float *gc = xcalloc((size_t)n, sizeof(float)), *uc = xcalloc((size_t)n, sizeof(float));
+        float *oc = xcalloc((size_t)n, sizeof(float)), *og = xcalloc((size_t)n, sizeof(float));
+        fill_uniform(gate, n, 8.0f);
+        fill_uniform(up, n, 3.0f);
+        void *dg = dnew(&e, (size_t)n * 4), *du = dnew(&e, (size_t)n * 4), *dout = dnew(&e, (size_t)n * 4);
+        for (int cs = 0; cs < 3; cs++) {
+            memcpy(gc, gate, (size_t)n * sizeof(float));
+            memcpy(uc, up, (size_t)n * sizeof(float));
+            if (!dset(&e, LH_DTYPE_F32, dg, gate, n) || !dset(&e, LH_DTYPE_F32, du, up, n))
+                continue;
+            lh_tensor hg = kt_t2(LH_DTYPE_F32, gc, M, I), hu = kt_t2(LH_DTYPE_F32, uc, M, I);
+            lh_tensor gg = on_gpu(kt_t2(LH_DTYPE_F32, dg, M, I)), gu = on_gpu(kt_t2(LH_DTYPE_F32, du, M, I));
+            lh_tensor ho = cs == 1 ? hg : cs == 2 ? hu : kt_t2(LH_DTYPE_F32, oc, M, I);
+            lh_tensor go = cs == 1 ? gg : cs == 2 ? gu : on_gpu(kt_t2(LH_DTYPE_F32, dout, M, I));
+            char what[96];
+            snprintf(what, sizeof what, "silu_mul I %lld%s", (long long)I,
+                     cs == 1 ? " out == gate" : cs == 2 ? " out == up" : "");
+            if (OK(e.c, lh_k_silu_mul(e.c, &hg, &hu, &ho)) &&
+                OK(e.g, lh_k_silu_mul(e.g, &gg, &gu, &go)) &&
+                dget(&e, LH_DTYPE_F32, og, go.data, n))
+                CMP(what, og, (const float *)ho.data, n, 1e-12, 1e-6, NULL);
+        }
+        env_drop(&e);
+        free(gate);
+        free(up);
+        free(gc);
+        free(uc);
+        free(oc);
+        free(og);
+    }
+    env_close(&e);
+}
+
+/* 1e-5 relative; 1e-4 for the 151936-wide rows (f32 sums of 150k terms in another order). Some
+ * rows hold -inf entries (masked), which must come out as exact zeros. */
+static void test_gpu_softmax(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(606);
+    static const int64_t Ns[4] = {1, 7, 1000, 151936};
+    const int64_t M = 3;
+    for (int si = 0; si < 4; si++) {
+        const int64_t N = Ns[si], n = M * N;
+        float *x = xcalloc((size_t)n, sizeof(float)), *og = xcalloc((size_t)n, sizeof(float));
+        fill_uniform(x, n, 10.0f);
+        for (int64_t i = 1; i < N; i += 7)
+            x[N + i] = -INFINITY; /* row 1: masked entries (its entry 0 stays finite) */
+        void *dx = dput(&e, LH_DTYPE_F32, x, n);
+        lh_tensor hx = kt_t2(LH_DTYPE_F32, x, M, N), gx = on_gpu(kt_t2(LH_DTYPE_F32, dx, M, N));
+        char what[64];
+        snprintf(what, sizeof what, "softmax N %lld", (long long)N);
+        if (OK(e.c, lh_k_softmax(e.c, &hx)) && OK(e.g, lh_k_softmax(e.g, &gx)) &&
+            dget(&e, LH_DTYPE_F32, og, dx, n))
+            CMP(what, og, x, n, 1e-30, N > 4096 ? 1e-4 : 1e-5, NULL);
+        env_drop(&e);
+        free(x);
+        free(og);
+    }
+    env_close(&e);
+}
+
+/* exact ids: first index on ties */
+static void test_gpu_argmax(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(707);
+    static const int64_t Ns[4] = {1, 7, 1000, 151936};
+    const int64_t M = 5;
+    for (int si = 0; si < 4; si++) {
+        const int64_t N = Ns[si], n = M * N;
+        float *x = xcalloc((size_t)n, sizeof(float));
+        fill_uniform(x, n, 4.0f);
+        /* row 1: a tie of two maxima; row 2: all equal; row 3: -inf entries, max near the end;
+         * row 4: all negative */
+        if (N > 1) {
+            const int64_t i1 = N / 3, i2 = N - 1;
+            x[N + i1] = x[N + i2] = 9.0f;
+        }
+        for (int64_t i = 0; i < N; i++)
+            x[2 * N + i] = 0.5f;
+        for (int64_t i = 0; i < N; i += 3)
+            x[3 * N + i] = -INFINITY;
+        x[3 * N + (N > 2 ? N - 2 : 0)] = 7.0f;
+        for (int64_t i = 0; i < N; i++)
+            x[4 * N + i] = -5.0f - fabsf(x[4 * N + i]);
+        int32_t ic[5] = {-1, -1, -1, -1, -1}, ig[5] = {-2, -2, -2, -2, -2};
+        void *dx = dput(&e, LH_DTYPE_F32, x, n);
+        lh_tensor hx = kt_t2(LH_DTYPE_F32, x, M, N), gx = on_gpu(kt_t2(LH_DTYPE_F32, dx, M, N));
+        char what[64];
+        snprintf(what, sizeof what, "argmax N %lld", (long long)N);
+        if (OK(e.c, lh_k_argmax(e.c, &hx, ic)) && OK(e.g, lh_k_argmax(e.g, &gx, ig))) {
+            CMP_IDS(what, ig, ic, M);
+            CU_ASSERT_EQUAL(ig[1], N > 1 ? (int32_t)(N / 3) : 0);
+            CU_ASSERT_EQUAL(ig[2], 0);
+        }
+        env_drop(&e);
+        free(x);
+    }
+    env_close(&e);
+}
+
+/* exact (same rounding: nearest even, NaN stays NaN, overflow to infinity), except that any
+ * NaN matches any NaN (payloads may differ) */
+static void test_gpu_convert(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(808);
+    const int64_t R = 7, C = 149, n = R * C;
+    float *f = xcalloc((size_t)n, sizeof(float));
+    uint16_t *bf = xcalloc((size_t)n, sizeof(uint16_t)), *hf = xcalloc((size_t)n, sizeof(uint16_t));
+    static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN, -NAN,
+                                    1e-40f, -1e-40f, 65504.0f, 65519.0f, 65520.0f, 70000.0f,
+                                    -70000.0f, 1e-8f, 6e-8f, 3e-8f, 5.9604645e-8f,
+                                    1.00390625f /* 1 + 2^-8: bf16 tie */,
+                                    1.01171875f /* 1 + 3 * 2^-8: bf16 tie, rounds up */,
+                                    1.00048828125f /* 1 + 2^-11: f16 tie */,
+                                    1.00146484375f /* 1 + 3 * 2^-11 */, 3.0e38f, -3.4e38f,
+                                    6.1035156e-05f, 6.0975552e-05f};
+    const int64_t ns = (int64_t)(sizeof special / sizeof special[0]);
+    for (int64_t i = 0; i < n; i++) {
+        if (i < ns)
+            f[i] = special[i];
+        else
+            f[i] = ldexpf(kt_uniform(), (int)(kt_u64() % 70) - 35);
+        /* 16-bit sources: every other element an arbitrary bit pattern (NaNs, subnormals) */
+        if (i % 2 && i >= ns) {
+            bf[i] = (uint16_t)kt_u64();
+            hf[i] = (uint16_t)kt_u64();
+        } else {
+            bf[i] = lh_k_f32_to_bf16(f[i]);
+            hf[i] = lh_k_f32_to_f16(f[i]);
+        }
+    }
+    static const lh_dtype dirs[6][2] = {
+        {LH_DTYPE_F32, LH_DTYPE_BF16}, {LH_DTYPE_F32, LH_DTYPE_F16},
+        {LH_DTYPE_BF16, LH_DTYPE_F32}, {LH_DTYPE_F16, LH_DTYPE_F32},
+        {LH_DTYPE_BF16, LH_DTYPE_F16}, {LH_DTYPE_F16, LH_DTYPE_BF16},
+    };
+    void *oc = xcalloc((size_t)n, sizeof(float)), *og = xcalloc((size_t)n, sizeof(float));
+    for (int di = 0; di < 6; di++) {
+        const lh_dtype sdt = dirs[di][0], ddt = dirs[di][1];
+        const void *src = sdt == LH_DTYPE_F32 ? (const void *)f : sdt == LH_DTYPE_BF16 ? (const void *)bf : (const void *)hf;
+        memset(oc, 0, (size_t)n * sizeof(float));
+        memset(og, 0, (size_t)n * sizeof(float));
+        void *ds = dput(&e, sdt, src, n), *dd = dnew(&e, (size_t)n * dt_size(ddt));
+        lh_tensor hs = kt_t2(sdt, (void *)src, R, C), hd = kt_t2(ddt, oc, R, C);
+        lh_tensor gs = on_gpu(kt_t2(sdt, ds, R, C)), gd = on_gpu(kt_t2(ddt, dd, R, C));
+        char what[64];
+        snprintf(what, sizeof what, "convert %s -> %s", dt_name(sdt), dt_name(ddt));
+        if (OK(e.c, lh_k_convert(e.c, &hs, &hd)) && OK(e.g, lh_k_convert(e.g, &gs, &gd)) &&
+            dget(&e, ddt, og, dd, n))
+            CMP_BITS(what, ddt, og, oc, n);
+        env_drop(&e);
+    }
+    free(f);
+    free(bf);
+    free(hf);
+    free(oc);
+    free(og);
+    env_close(&e);
+}
+
+/* ---- RoPE ----------------------------------------------------------------------------------- */
+
+static lh_rope_scaling scaling_of(const char *kind)
+{
+    lh_rope_scaling s;
+    memset(&s, 0, sizeof s);
+    s.kind = kind;
+    return s;
+}
+
+/* 1e-5 absolute on inputs in [-1, 1): the angle is float(pos) * inv_freq in f32 on both sides,
+ * its cosine and sine may differ in the last bits. */
+static void test_gpu_rope(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(909);
+    struct rcase {
+        const char *name;
+        lh_rope_scaling s;
+        int64_t rd, D, max_pos;
+        double theta;
+        int dyn; /* 1: positions past max_pos (seq_len 200), 2: below it */
+    } cases[9];
+    memset(cases, 0, sizeof cases);
+    cases[0] = (struct rcase){"default", scaling_of(NULL), 64, 64, 4096, 10000.0, 0};
+    cases[1] = (struct rcase){"partial rotary", scaling_of("default"), 48, 80, 4096, 10000.0, 0};
+    cases[2] = (struct rcase){"linear", scaling_of("linear"), 64, 64, 4096, 10000.0, 0};
+    cases[2].s.factor = 2.0;
+    cases[3] = (struct rcase){"dynamic past max", scaling_of("dynamic"), 32, 32, 64, 10000.0, 1};
+    cases[3].s.factor = 2.0;
+    cases[4] = (struct rcase){"dynamic below max", scaling_of("dynamic"), 32, 32, 64, 10000.0, 2};
+    cases[4].s.factor = 2.0;
+    cases[5] = (struct rcase){"llama3", scaling_of("llama3"), 128, 128, 131072, 500000.0, 0};
+    cases[5].s.factor = 8;
+    cases[5].s.low_freq_factor = 1;
+    cases[5].s.high_freq_factor = 4;
+    cases[5].s.original_max_position_embeddings = 8192;
+    cases[6] = (struct rcase){"yarn", scaling_of("yarn"), 64, 64, 16384, 10000.0, 0};
+    cases[6].s.factor = 4;
+    cases[6].s.original_max_position_embeddings = 4096;
+    cases[7] = (struct rcase){"yarn mscale", scaling_of("yarn"), 32, 32, 163840, 10000.0, 0};
+    cases[7].s.factor = 40;
+    cases[7].s.original_max_position_embeddings = 4096;
+    cases[7].s.mscale = 0.707;
+    cases[7].s.mscale_all_dim = 1.0;
+    cases[8] = (struct rcase){"yarn partial", scaling_of("yarn"), 16, 24, 8192, 1000000.0, 0};
+    cases[8].s.factor = 2;
+    cases[8].s.original_max_position_embeddings = 4096;
+    static const int32_t pos_any[7] = {0, 1, 2, 17, 500, 4095, 9000};
+    static const int32_t pos_hi[7] = {0, 1, 63, 64, 150, 198, 199};
+    static const int32_t pos_lo[7] = {0, 1, 2, 17, 40, 62, 63};
+    const int64_t T = 7, H = 3;
+    for (int ci = 0; ci < 9; ci++) {
+        const struct rcase *rc = &cases[ci];
+        lh_rope r;
+        const lh_rope_scaling *sp = rc->s.kind ? &rc->s : NULL;
+        if (!OK(NULL, lh_k_rope_init(&r, rc->rd, rc->theta, sp, rc->max_pos)))
+            continue;
+        const int32_t *pos = rc->dyn == 1 ? pos_hi : rc->dyn == 2 ? pos_lo : pos_any;
+        const int64_t seq_len = (int64_t)pos[T - 1] + 1;
+        const int64_t D = rc->D, n = T * H * D;
+        float *x = xcalloc((size_t)n, sizeof(float)), *og = xcalloc((size_t)n, sizeof(float));
+        fill_uniform(x, n, 1.0f);
+        void *dx = dput(&e, LH_DTYPE_F32, x, n);
+        lh_tensor hx = kt_t3(LH_DTYPE_F32, x, T, H, D), gx = on_gpu(kt_t3(LH_DTYPE_F32, dx, T, H, D));
+        char what[96];
+        snprintf(what, sizeof what, "rope_apply %s (rotary %lld of %lld)", rc->name,
+                 (long long)rc->rd, (long long)D);
+        if (OK(e.c, lh_k_rope_apply(e.c, &r, &hx, pos, seq_len)) &&
+            OK(e.g, lh_k_rope_apply(e.g, &r, &gx, pos, seq_len)) &&
+            dget(&e, LH_DTYPE_F32, og, dx, n))
+            CMP(what, og, x, n, 1e-5, 0.0, NULL);
+        env_drop(&e);
+        lh_k_rope_free(&r);
+        free(x);
+        free(og);
+    }
+    env_close(&e);
+}
+
+/* ---- attention over a contiguous cache ------------------------------------------------------ */
+
+/* 1e-5 absolute (q, k, v in [-1, 1)) */
+static void test_gpu_attention(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(1111);
+    static const struct {
+        int64_t T, S, H, KVH, D, window, first_pos; /* query t at first_pos + t */
+    } cases[6] = {
+        {1, 300, 8, 8, 64, 0, 299},   /* decode */
+        {5, 40, 8, 2, 128, 0, 35},    /* GQA, a short continuation */
+        {20, 100, 4, 1, 64, 16, 80},  /* sliding window, MQA */
+        {7, 7, 6, 3, 80, 0, 0},       /* prefill, head_dim 80 */
+        {1, 2000, 4, 2, 64, 0, 1999}, /* a long decode */
+        {33, 600, 8, 2, 64, 128, 567},
+    };
+    for (int ci = 0; ci < 6; ci++) {
+        const int64_t T = cases[ci].T, S = cases[ci].S, H = cases[ci].H, KVH = cases[ci].KVH;
+        const int64_t D = cases[ci].D, nq = T * H * D, nk = S * KVH * D;
+        float *q = xcalloc((size_t)nq, sizeof(float)), *k = xcalloc((size_t)nk, sizeof(float));
+        float *v = xcalloc((size_t)nk, sizeof(float));
+        float *oc = xcalloc((size_t)nq, sizeof(float)), *og = xcalloc((size_t)nq, sizeof(float));
+        int32_t *qp = xcalloc((size_t)T, sizeof(int32_t));
+        fill_uniform(q, nq, 1.0f);
+        fill_uniform(k, nk, 1.0f);
+        fill_uniform(v, nk, 1.0f);
+        for (int64_t t = 0; t < T; t++)
+            qp[t] = (int32_t)(cases[ci].first_pos + t);
+        void *dq = dput(&e, LH_DTYPE_F32, q, nq), *dk = dput(&e, LH_DTYPE_F32, k, nk);
+        void *dv = dput(&e, LH_DTYPE_F32, v, nk), *dout = dnew(&e, (size_t)nq * sizeof(float));
+        lh_tensor hq = kt_t3(LH_DTYPE_F32, q, T, H, D), hk = kt_t3(LH_DTYPE_F32, k, S, KVH, D);
+        lh_tensor hv = kt_t3(LH_DTYPE_F32, v, S, KVH, D), ho = kt_t3(LH_DTYPE_F32, oc, T, H, D);
+        lh_tensor gq = on_gpu(kt_t3(LH_DTYPE_F32, dq, T, H, D));
+        lh_tensor gk = on_gpu(kt_t3(LH_DTYPE_F32, dk, S, KVH, D));
+        lh_tensor gv = on_gpu(kt_t3(LH_DTYPE_F32, dv, S, KVH, D));
+        lh_tensor go = on_gpu(kt_t3(LH_DTYPE_F32, dout, T, H, D));
+        const float scale = 1.0f / sqrtf((float)D);
+        char what[128];
+        snprintf(what, sizeof what, "attention T %lld S %lld H %lld KVH %lld D %lld window %lld",
+                 (long long)T, (long long)S, (long long)H, (long long)KVH, (long long)D,
+                 (long long)cases[ci].window);
+        if (OK(e.c, lh_k_attention(e.c, &hq, &hk, &hv, qp, scale, cases[ci].window, &ho)) &&
+            OK(e.g, lh_k_attention(e.g, &gq, &gk, &gv, qp, scale, cases[ci].window, &go)) &&
+            dget(&e, LH_DTYPE_F32, og, dout, nq))
+            CMP(what, og, oc, nq, 1e-5, 0.0, NULL);
+        env_drop(&e);
+        free(q);
+        free(k);
+        free(v);
+        free(oc);
+        free(og);
+        free(qp);
+    }
+    env_close(&e);
+}
+
+/* ---- paged KV cache ------------------------------------------------------------------------- */
+
+/* The pool the CPU writes (host), the one the GPU writes (device) and a host copy of the
+ * latter. Both start as all-ones bytes (NaN in every dtype, scales and summaries too), so a
+ * slot written by one side only shows. */
+typedef struct gpool {
+    lh_dtype kdt, vdt;
+    lh_kv_layout lay;
+    int64_t bs, KVH, D, NB, nel, nsc;
+    bool sums;
+    void *hk, *hv, *gk, *gv;
+    float *hks, *hvs, *hmin, *hmax, *gks, *gvs, *gmin, *gmax;
+    void *dk, *dv, *dks, *dvs, *dmin, *dmax;
+    lh_kv_pages hkv, dkv;
+} gpool;
+
+static void *ones_bytes(size_t bytes)
+{
+    void *p = xcalloc(bytes, 1);
+    memset(p, 0xff, bytes);
+    return p;
+}
+
+static void gpool_init(genv *e, gpool *p, lh_dtype kdt, lh_dtype vdt, lh_kv_layout lay,
+                       int64_t bs, int64_t KVH, int64_t D, int64_t NB, bool sums)
+{
+    memset(p, 0, sizeof *p);
+    p->kdt = kdt;
+    p->vdt = vdt;
+    p->lay = lay;
+    p->bs = bs;
+    p->KVH = KVH;
+    p->D = D;
+    p->NB = NB;
+    p->sums = sums;
+    p->nel = NB * bs * KVH * D;
+    p->nsc = NB * KVH;
+    const int64_t shape[4] = {NB, lay == LH_KV_NHD ? bs : KVH, lay == LH_KV_NHD ? KVH : bs, D};
+    p->hk = ones_bytes((size_t)p->nel * dt_size(kdt));
+    p->hv = ones_bytes((size_t)p->nel * dt_size(vdt));
+    p->gk = ones_bytes((size_t)p->nel * dt_size(kdt));
+    p->gv = ones_bytes((size_t)p->nel * dt_size(vdt));
+    p->dk = dput(e, kdt, p->hk, p->nel);
+    p->dv = dput(e, vdt, p->hv, p->nel);
+    p->hkv.layout = p->dkv.layout = lay;
+    p->hkv.k = lh_tensor_cpu(kdt, p->hk, 4, shape);
+    p->hkv.v = lh_tensor_cpu(vdt, p->hv, 4, shape);
+    p->dkv.k = on_gpu(lh_tensor_cpu(kdt, p->dk, 4, shape));
+    p->dkv.v = on_gpu(lh_tensor_cpu(vdt, p->dv, 4, shape));
+    const size_t ns = (size_t)p->nsc * sizeof(float);
+    if (kdt == LH_DTYPE_FP8_E4M3) {
+        p->hks = ones_bytes(ns);
+        p->gks = ones_bytes(ns);
+        p->dks = dput(e, LH_DTYPE_F32, p->hks, p->nsc);
+        p->hkv.k_scale = kt_t2(LH_DTYPE_F32, p->hks, NB, KVH);
+        p->dkv.k_scale = on_gpu(kt_t2(LH_DTYPE_F32, p->dks, NB, KVH));
+    }
+    if (vdt == LH_DTYPE_FP8_E4M3) {
+        p->hvs = ones_bytes(ns);
+        p->gvs = ones_bytes(ns);
+        p->dvs = dput(e, LH_DTYPE_F32, p->hvs, p->nsc);
+        p->hkv.v_scale = kt_t2(LH_DTYPE_F32, p->hvs, NB, KVH);
+        p->dkv.v_scale = on_gpu(kt_t2(LH_DTYPE_F32, p->dvs, NB, KVH));
+    }
+    if (sums) {
+        p->hmin = ones_bytes(ns * (size_t)D);
+        p->hmax = ones_bytes(ns * (size_t)D);
+        p->gmin = ones_bytes(ns * (size_t)D);
+        p->gmax = ones_bytes(ns * (size_t)D);
+        p->dmin = dput(e, LH_DTYPE_F32, p->hmin, p->nsc * D);
+        p->dmax = dput(e, LH_DTYPE_F32, p->hmax, p->nsc * D);
+        p->hkv.k_min = kt_t3(LH_DTYPE_F32, p->hmin, NB, KVH, D);
+        p->hkv.k_max = kt_t3(LH_DTYPE_F32, p->hmax, NB, KVH, D);
+        p->dkv.k_min = on_gpu(kt_t3(LH_DTYPE_F32, p->dmin, NB, KVH, D));
+        p->dkv.k_max = on_gpu(kt_t3(LH_DTYPE_F32, p->dmax, NB, KVH, D));
+    }
+}
+
+static void gpool_free(gpool *p)
+{
+    free(p->hk);
+    free(p->hv);
+    free(p->gk);
+    free(p->gv);
+    free(p->hks);
+    free(p->hvs);
+    free(p->hmin);
+    free(p->hmax);
+    free(p->gks);
+    free(p->gvs);
+    free(p->gmin);
+    free(p->gmax);
+}
+
+/* the GPU's pool into gk, gv, ... */
+static bool gpool_pull(genv *e, gpool *p)
+{
+    bool ok = dget(e, p->kdt, p->gk, p->dk, p->nel) && dget(e, p->vdt, p->gv, p->dv, p->nel);
+    if (p->hks)
+        ok = ok && dget(e, LH_DTYPE_F32, p->gks, p->dks, p->nsc);
+    if (p->hvs)
+        ok = ok && dget(e, LH_DTYPE_F32, p->gvs, p->dvs, p->nsc);
+    if (p->sums)
+        ok = ok && dget(e, LH_DTYPE_F32, p->gmin, p->dmin, p->nsc * p->D) &&
+             dget(e, LH_DTYPE_F32, p->gmax, p->dmax, p->nsc * p->D);
+    return ok;
+}
+
+/* the CPU's pool onto the device, so both attend over the same values */
+static bool gpool_push(genv *e, gpool *p)
+{
+    bool ok = dset(e, p->kdt, p->dk, p->hk, p->nel) && dset(e, p->vdt, p->dv, p->hv, p->nel);
+    if (p->hks)
+        ok = ok && dset(e, LH_DTYPE_F32, p->dks, p->hks, p->nsc);
+    if (p->hvs)
+        ok = ok && dset(e, LH_DTYPE_F32, p->dvs, p->hvs, p->nsc);
+    if (p->sums)
+        ok = ok && dset(e, LH_DTYPE_F32, p->dmin, p->hmin, p->nsc * p->D) &&
+             dset(e, LH_DTYPE_F32, p->dmax, p->hmax, p->nsc * p->D);
+    return ok;
+}
+
+static float pool_decode(lh_dtype dt, const void *base, const float *scales, int64_t idx,
+                         int64_t sidx)
+{
+    switch (dt) {
+    case LH_DTYPE_F32: return ((const float *)base)[idx];
+    case LH_DTYPE_BF16: return lh_k_bf16_to_f32(((const uint16_t *)base)[idx]);
+    case LH_DTYPE_F16: return lh_k_f16_to_f32(((const uint16_t *)base)[idx]);
+    default: return lh_k_fp8_e4m3_to_f32(((const uint8_t *)base)[idx]) * scales[sidx];
+    }
+}
+
+/* Pools after the same writes, decoded to f32. Without fused RoPE: f32 / bf16 / f16 exact; fp8
+ * codes may differ by one step at rounding ties: 2^-3 relative + scale * 2^-9 (the smallest
+ * subnormal step); scales 1e-6 relative; summaries exact. With fused RoPE the rotated keys may
+ * differ in the last bits (cos/sin), which a rounding to the pool's dtype can turn into one
+ * step of that dtype: keys then 1e-5 absolute plus one step (bf16 2^-7, f16 2^-10 relative),
+ * scales 1e-5 relative, summaries 1e-5 absolute. */
+static void gpool_compare(const gpool *p, bool rope, const char *what)
+{
+    acc ak = {0}, av = {0}, as = {0}, am = {0};
+    for (int is_v = 0; is_v < 2; is_v++) {
+        const lh_dtype dt = is_v ? p->vdt : p->kdt;
+        const void *hb = is_v ? p->hv : p->hk, *gb = is_v ? p->gv : p->gk;
+        const float *hs = is_v ? p->hvs : p->hks, *gs = is_v ? p->gvs : p->gks;
+        const bool rot = rope && !is_v;
+        for (int64_t idx = 0; idx < p->nel; idx++) {
+            const int64_t D = p->D, tok = idx / D;
+            int64_t phys, h;
+            if (p->lay == LH_KV_NHD) {
+                h = tok % p->KVH;
+                phys = tok / p->KVH / p->bs;
+            } else {
+                h = (tok / p->bs) % p->KVH;
+                phys = tok / p->bs / p->KVH;
+            }
+            const int64_t sidx = phys * p->KVH + h;
+            const float want = pool_decode(dt, hb, hs, idx, sidx);
+            const float got = pool_decode(dt, gb, gs, idx, sidx);
+            double tol = 0;
+            const double a = fabs((double)want);
+            switch (dt) {
+            case LH_DTYPE_F32: tol = rot ? 1e-5 : 0; break;
+            case LH_DTYPE_BF16: tol = rot ? 1e-5 + a / 128.0 : 0; break;
+            case LH_DTYPE_F16: tol = rot ? 1e-5 + a / 1024.0 : 0; break;
+            default:
+                tol = a / 8.0 + (double)hs[sidx] / 512.0 + (rot ? 1e-5 : 0);
+                break;
+            }
+            acc_add(is_v ? &av : &ak, idx, got, want, tol);
+        }
+        if (hs)
+            for (int64_t i = 0; i < p->nsc; i++)
+                acc_add(&as, i, gs[i], hs[i], (rot ? 1e-5 : 1e-6) * fabs((double)hs[i]));
+    }
+    if (p->sums)
+        for (int64_t i = 0; i < p->nsc * p->D; i++) {
+            acc_add(&am, i, p->gmin[i], p->hmin[i], rope ? 1e-5 : 0);
+            acc_add(&am, i + p->nsc * p->D, p->gmax[i], p->hmax[i], rope ? 1e-5 : 0);
+        }
+    char w[256];
+    snprintf(w, sizeof w, "%.200s: kv_write keys", what);
+    ACC_REPORT(&ak, w);
+    snprintf(w, sizeof w, "%.200s: kv_write values", what);
+    ACC_REPORT(&av, w);
+    snprintf(w, sizeof w, "%.200s: kv_write fp8 scales", what);
+    ACC_REPORT(&as, w);
+    snprintf(w, sizeof w, "%.200s: kv_write key summaries (min, then max)", what);
+    ACC_REPORT(&am, w);
+}
+
+/* The batch: a long decode (flash-decoding splits), a short decode of three tokens, a chunked-
+ * prefill continuation, a prefill from position 0 and a sequence with no new tokens, packed in
+ * an order that differs from the sequence order; row 20 belongs to no sequence. */
+#define PSEQS 5
+#define P_T 37
+static const int64_t P_KVLEN[PSEQS] = {300, 45, 10, 20, 530};
+static const int64_t P_NNEW[PSEQS] = {1, 12, 0, 20, 3};
+static const int64_t P_TOK0[PSEQS] = {21, 25, 0, 0, 22};
+
+typedef struct pbatch {
+    int64_t NB, KVH, D, bs, n_blocks[PSEQS], kv_len[PSEQS], n_new[PSEQS], tok0[PSEQS];
+    int32_t *perm;
+    const int32_t *tables[PSEQS];
+    float *k[PSEQS], *v[PSEQS]; /* [kv_len, KVH, D] */
+    int32_t pos[P_T];
+} pbatch;
+
+static void pbatch_init(pbatch *b, int64_t KVH, int64_t D, int64_t bs)
+{
+    memset(b, 0, sizeof *b);
+    b->KVH = KVH;
+    b->D = D;
+    b->bs = bs;
+    int64_t total = 0;
+    for (int s = 0; s < PSEQS; s++) {
+        b->kv_len[s] = P_KVLEN[s];
+        b->n_new[s] = P_NNEW[s];
+        b->tok0[s] = P_TOK0[s];
+        b->n_blocks[s] = (P_KVLEN[s] + bs - 1) / bs;
+        total += b->n_blocks[s];
+    }
+    b->NB = total + 3;
+    b->perm = xcalloc((size_t)b->NB, sizeof(int32_t));
+    for (int64_t i = 0; i < b->NB; i++)
+        b->perm[i] = (int32_t)i;
+    for (int64_t i = b->NB - 1; i > 0; i--) {
+        const int64_t r = (int64_t)(kt_u64() % (uint64_t)(i + 1));
+        const int32_t t = b->perm[i];
+        b->perm[i] = b->perm[r];
+        b->perm[r] = t;
+    }
+    for (int64_t i = 0; i < P_T; i++)
+        b->pos[i] = -7;
+    int64_t used = 0;
+    for (int s = 0; s < PSEQS; s++) {
+        b->tables[s] = b->perm + used;
+        used += b->n_blocks[s];
+        const int64_t m = b->kv_len[s] * KVH * D;
+        b->k[s] = xcalloc((size_t)m, sizeof(float));
+        b->v[s] = xcalloc((size_t)m, sizeof(float));
+        /* keys scaled per block, so that the blocks' bounds (sparse selection) differ */
+        for (int64_t blk = 0; blk < b->n_blocks[s]; blk++) {
+            const float amp = kt_range(0.2f, 1.5f);
+            const int64_t end = (blk + 1) * bs * KVH * D < m ? (blk + 1) * bs * KVH * D : m;
+            for (int64_t i = blk * bs * KVH * D; i < end; i++)
+                b->k[s][i] = kt_uniform() * amp;
+        }
+        fill_uniform(b->v[s], m, 2.0f);
+        for (int64_t i = 0; i < b->n_new[s]; i++)
+            b->pos[b->tok0[s] + i] = (int32_t)(b->kv_len[s] - b->n_new[s] + i);
+    }
+}
+
+static void pbatch_free(pbatch *b)
+{
+    for (int s = 0; s < PSEQS; s++) {
+        free(b->k[s]);
+        free(b->v[s]);
+    }
+    free(b->perm);
+}
+
+/* Positions [from[s], to[s]) of every sequence: one lh_k_paged_kv_write_batch on each side,
+ * rows packed in reverse sequence order. */
+static bool pwrite(genv *e, gpool *p, const pbatch *b, const int64_t *from, const int64_t *to,
+                   const lh_rope *rope, const char *what)
+{
+    const int64_t row = b->KVH * b->D;
+    int64_t Tw = 0;
+    for (int s = 0; s < PSEQS; s++)
+        Tw += to[s] - from[s];
+    if (Tw == 0)
+        return true;
+    float *kk = xcalloc((size_t)(Tw * row), sizeof(float));
+    float *vv = xcalloc((size_t)(Tw * row), sizeof(float));
+    int32_t *pos = xcalloc((size_t)Tw, sizeof(int32_t));
+    int64_t tok[PSEQS], nn[PSEQS], len[PSEQS], r = 0;
+    for (int s = PSEQS - 1; s >= 0; s--) {
+        tok[s] = r;
+        nn[s] = to[s] - from[s];
+        len[s] = to[s];
+        memcpy(kk + r * row, b->k[s] + from[s] * row, (size_t)(nn[s] * row) * sizeof(float));
+        memcpy(vv + r * row, b->v[s] + from[s] * row, (size_t)(nn[s] * row) * sizeof(float));
+        for (int64_t i = 0; i < nn[s]; i++)
+            pos[r + i] = (int32_t)(from[s] + i);
+        r += nn[s];
+    }
+    lh_paged_batch pb = {.struct_size = sizeof pb, .n_seqs = PSEQS, .token_start = tok,
+                         .n_new = nn, .kv_len = len, .positions = pos,
+                         .block_tables = b->tables, .n_blocks = b->n_blocks};
+    lh_tensor hk = kt_t3(LH_DTYPE_F32, kk, Tw, b->KVH, b->D);
+    lh_tensor hv = kt_t3(LH_DTYPE_F32, vv, Tw, b->KVH, b->D);
+    void *dkk = dput(e, LH_DTYPE_F32, kk, Tw * row), *dvv = dput(e, LH_DTYPE_F32, vv, Tw * row);
+    lh_tensor gk = on_gpu(kt_t3(LH_DTYPE_F32, dkk, Tw, b->KVH, b->D));
+    lh_tensor gv = on_gpu(kt_t3(LH_DTYPE_F32, dvv, Tw, b->KVH, b->D));
+    bool ok = OK(e->c, lh_k_paged_kv_write_batch(e->c, &p->hkv, &pb, &hk, &hv, rope)) &&
+              OK(e->g, lh_k_paged_kv_write_batch(e->g, &p->dkv, &pb, &gk, &gv, rope));
+    /* the keys given are not changed (fused RoPE rotates a private copy) */
+    float *back = xcalloc((size_t)(Tw * row), sizeof(float));
+    if (ok && rope && dget(e, LH_DTYPE_F32, back, dkk, Tw * row) &&
+        memcmp(back, kk, (size_t)(Tw * row) * sizeof(float)) != 0)
+        FAILF("%.200s: kv_write_batch with fused RoPE changed its input keys", what);
+    free(back);
+    free(kk);
+    free(vv);
+    free(pos);
+    return ok;
+}
+
+#define SENTINEL 12345.0f
+
+/* One configuration: history written in two pieces, then the step's new tokens; pools
+ * compared; then the CPU's pool is copied to the device and both attend over it. Attention:
+ * 1e-4 absolute (|v| < 2) for f32 / bf16 / f16 pools, 5e-4 when either is fp8. */
+static void paged_case(genv *e, lh_dtype kdt, lh_dtype vdt, lh_kv_layout lay, int64_t bs,
+                       int variant, bool bounds)
+{
+    static const char *const vnames[6] = {"dense",          "window 100, 4 splits",
+                                          "chunk 64",       "fused rope (default)",
+                                          "sparse top-2 local 1", "fused dynamic rope, sparse covering, window"};
+    const int64_t H = 8, KVH = 2, D = variant % 2 ? 128 : 64, T = P_T, nq = T * H * D;
+    const bool sums = variant >= 4 || bs == 16;
+    char what[256];
+    snprintf(what, sizeof what, "paged k %s v %s %s block %lld D %lld %s, bounds %s",
+             dt_name(kdt), dt_name(vdt), lay == LH_KV_NHD ? "NHD" : "HND", (long long)bs,
+             (long long)D, vnames[variant], bounds ? "set" : "unset");
+
+    lh_rope rope_def, rope_dyn;
+    lh_rope_scaling dyn = scaling_of("dynamic");
+    dyn.factor = 2.0;
+    if (!OK(NULL, lh_k_rope_init(&rope_def, D, 10000.0, NULL, 4096)))
+        return;
+    if (!OK(NULL, lh_k_rope_init(&rope_dyn, D, 10000.0, &dyn, 256))) {
+        lh_k_rope_free(&rope_def);
+        return;
+    }
+    const lh_rope *rope = variant == 3 ? &rope_def : variant == 5 ? &rope_dyn : NULL;
+    lh_paged_attn_params prm = {.struct_size = sizeof prm, .scale = 1.0f / sqrtf((float)D)};
+    switch (variant) {
+    case 1:
+        prm.sliding_window = 100;
+        prm.n_splits = 4;
+        break;
+    case 2: prm.chunk_size = 64; break;
+    case 3: prm.rope = rope; break;
+    case 4:
+        prm.sparse_top_k = 2;
+        prm.sparse_local_blocks = 1;
+        break;
+    case 5:
+        prm.rope = rope;
+        prm.sparse_top_k = 1 << 20;
+        prm.sparse_local_blocks = 1;
+        prm.sliding_window = 200;
+        break;
+    default: break;
+    }
+    OK(e->g, lh_k_ctx_set_bounds(e->g, bounds ? 1024 : 0, bounds ? 1024 : 0));
+
+    pbatch b;
+    pbatch_init(&b, KVH, D, bs);
+    gpool p;
+    gpool_init(e, &p, kdt, vdt, lay, bs, KVH, D, b.NB, sums);
+    int64_t cut[4][PSEQS];
+    for (int s = 0; s < PSEQS; s++) {
+        const int64_t h = b.kv_len[s] - b.n_new[s];
+        cut[0][s] = 0;
+        cut[1][s] = h / 2;
+        cut[2][s] = h;
+        cut[3][s] = b.kv_len[s];
+    }
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++)
+        ok = pwrite(e, &p, &b, cut[i], cut[i + 1], rope, what);
+    if (ok && gpool_pull(e, &p))
+        gpool_compare(&p, rope != NULL, what);
+
+    float *q = xcalloc((size_t)nq, sizeof(float)), *oc = xcalloc((size_t)nq, sizeof(float));
+    float *og = xcalloc((size_t)nq, sizeof(float));
+    fill_uniform(q, nq, 1.0f);
+    for (int64_t i = 0; i < nq; i++)
+        oc[i] = SENTINEL;
+    void *dq = dput(e, LH_DTYPE_F32, q, nq), *dout = dput(e, LH_DTYPE_F32, oc, nq);
+    if (ok && gpool_push(e, &p)) {
+        lh_paged_batch pb = {.struct_size = sizeof pb, .n_seqs = PSEQS, .token_start = b.tok0,
+                             .n_new = b.n_new, .kv_len = b.kv_len, .positions = b.pos,
+                             .block_tables = b.tables, .n_blocks = b.n_blocks};
+        lh_tensor hq = kt_t3(LH_DTYPE_F32, q, T, H, D), ho = kt_t3(LH_DTYPE_F32, oc, T, H, D);
+        lh_tensor gq = on_gpu(kt_t3(LH_DTYPE_F32, dq, T, H, D));
+        lh_tensor go = on_gpu(kt_t3(LH_DTYPE_F32, dout, T, H, D));
+        const bool fp8 = kdt == LH_DTYPE_FP8_E4M3 || vdt == LH_DTYPE_FP8_E4M3;
+        char w2[320];
+        snprintf(w2, sizeof w2, "%.250s: attention", what);
+        if (OK(e->c, lh_k_paged_attention_batch(e->c, &hq, &p.hkv, &pb, &prm, &ho)) &&
+            OK(e->g, lh_k_paged_attention_batch(e->g, &gq, &p.dkv, &pb, &prm, &go)) &&
+            dget(e, LH_DTYPE_F32, og, dout, nq))
+            CMP(w2, og, oc, nq, fp8 ? 5e-4 : 1e-4, 0.0, NULL); /* row 20: SENTINEL on both */
+        float *qback = xcalloc((size_t)nq, sizeof(float));
+        if (dget(e, LH_DTYPE_F32, qback, dq, nq) &&
+            memcmp(qback, q, (size_t)nq * sizeof(float)) != 0)
+            FAILF("%s: paged attention changed q", what);
+        free(qback);
+    }
+    OK(e->g, lh_k_ctx_set_bounds(e->g, 0, 0));
+    env_drop(e);
+    free(q);
+    free(oc);
+    free(og);
+    gpool_free(&p);
+    pbatch_free(&b);
+    lh_k_rope_free(&rope_def);
+    lh_k_rope_free(&rope_dyn);
+}
+
+static void paged_layout(lh_kv_layout lay)
+{
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(lay == LH_KV_NHD ? 1212 : 1313);
+    static const lh_dtype pairs[7][2] = {
+        {LH_DTYPE_F32, LH_DTYPE_F32},   {LH_DTYPE_BF16, LH_DTYPE_BF16},
+        {LH_DTYPE_F16, LH_DTYPE_F16},   {LH_DTYPE_FP8_E4M3, LH_DTYPE_FP8_E4M3},
+        {LH_DTYPE_FP8_E4M3, LH_DTYPE_BF16}, {LH_DTYPE_BF16, LH_DTYPE_FP8_E4M3},
+        {LH_DTYPE_F32, LH_DTYPE_F16},
+    };
+    static const int64_t bss[2] = {1, 16};
+    int cfg = lay == LH_KV_NHD ? 0 : 3;
+    for (int pi = 0; pi < 7; pi++)
+        for (int bi = 0; bi < 2; bi++) {
+            const int variant = cfg++ % 6;
+            for (int bo = 0; bo < 2; bo++)
+                paged_case(&e, pairs[pi][0], pairs[pi][1], lay, bss[bi], variant, bo == 1);
+        }
+    env_close(&e);
+}
+
+static void test_gpu_paged_nhd(void)
+{
+    NEED_GPU();
+    paged_layout(LH_KV_NHD);
+}
+
+static void test_gpu_paged_hnd(void)
+{
+    NEED_GPU();
+    paged_layout(LH_KV_HND);
+}
+
+/* A call exceeding the promised bounds is refused. */
+static void test_gpu_bounds_refused(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(1414);
+    pbatch b;
+    pbatch_init(&b, 2, 64, 16);
+    gpool p;
+    gpool_init(&e, &p, LH_DTYPE_F32, LH_DTYPE_F32, LH_KV_NHD, 16, 2, 64, b.NB, false);
+    const int64_t H = 4, T = P_T, D = 64, nq = T * H * D;
+    float *q = xcalloc((size_t)nq, sizeof(float));
+    void *dq = dput(&e, LH_DTYPE_F32, q, nq), *dout = dnew(&e, (size_t)nq * sizeof(float));
+    lh_tensor gq = on_gpu(kt_t3(LH_DTYPE_F32, dq, T, H, D));
+    lh_tensor go = on_gpu(kt_t3(LH_DTYPE_F32, dout, T, H, D));
+    lh_paged_batch pb = {.struct_size = sizeof pb, .n_seqs = PSEQS, .token_start = b.tok0,
+                         .n_new = b.n_new, .kv_len = b.kv_len, .positions = b.pos,
+                         .block_tables = b.tables, .n_blocks = b.n_blocks};
+    lh_paged_attn_params prm = {.struct_size = sizeof prm, .scale = 0.125f};
+    /* the longest sequence holds 530 tokens in 34 blocks */
+    if (OK(e.g, lh_k_ctx_set_bounds(e.g, 512, 64)))
+        EXPECT_ST(e.g, lh_k_paged_attention_batch(e.g, &gq, &p.dkv, &pb, &prm, &go), LH_E_USAGE);
+    if (OK(e.g, lh_k_ctx_set_bounds(e.g, 1024, 16)))
+        EXPECT_ST(e.g, lh_k_paged_attention_batch(e.g, &gq, &p.dkv, &pb, &prm, &go), LH_E_USAGE);
+    OK(e.g, lh_k_ctx_set_bounds(e.g, 0, 0));
+    free(q);
+    gpool_free(&p);
+    pbatch_free(&b);
+    env_close(&e);
+}
+
+/* ---- sampling ------------------------------------------------------------------------------- */
+
+/* Ids equal to the CPU's (logits well separated: a permutation of evenly spaced values, so no
+ * ties and no near-ties); probabilities 1e-5 absolute. */
+static void test_gpu_sampling(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(1515);
+    static const int64_t Vs[3] = {50, 1000, 32000};
+    const int64_t M = 6;
+    static const lh_sampling_params P[8] = {
+        {sizeof(lh_sampling_params), 0.0f, 0, 1.0f, 0.0f, 1.0f},   /* greedy */
+        {sizeof(lh_sampling_params), 0.0f, 0, 1.0f, 0.0f, 1.5f},   /* greedy, penalty */
+        {sizeof(lh_sampling_params), 0.7f, 0, 1.0f, 0.0f, 1.0f},   /* temperature */
+        {sizeof(lh_sampling_params), 1.0f, 40, 1.0f, 0.0f, 1.0f},  /* top-k */
+        {sizeof(lh_sampling_params), 0.9f, 0, 0.9f, 0.0f, 1.0f},   /* top-p */
+        {sizeof(lh_sampling_params), 1.2f, 0, 1.0f, 0.05f, 1.0f},  /* min-p */
+        {sizeof(lh_sampling_params), 0.8f, 50, 0.95f, 0.02f, 1.3f}, /* everything */
+        {sizeof(lh_sampling_params), 1.0f, 0, 0.0f, 0.0f, 1.0f},   /* top-p 0 */
+    };
+    for (int vi = 0; vi < 3; vi++) {
+        const int64_t V = Vs[vi], n = M * V;
+        float *lg = xcalloc((size_t)n, sizeof(float));
+        float *pc = xcalloc((size_t)n, sizeof(float)), *pg = xcalloc((size_t)n, sizeof(float));
+        int32_t *perm = xcalloc((size_t)V, sizeof(int32_t));
+        for (int64_t r = 0; r < M; r++) {
+            for (int64_t i = 0; i < V; i++)
+                perm[i] = (int32_t)i;
+            for (int64_t i = V - 1; i > 0; i--) {
+                const int64_t j = (int64_t)(kt_u64() % (uint64_t)(i + 1));
+                const int32_t t = perm[i];
+                perm[i] = perm[j];
+                perm[j] = t;
+            }
+            const float span = r % 2 ? 12.0f : 6.0f;
+            for (int64_t i = 0; i < V; i++)
+                lg[r * V + i] = (float)perm[i] * (span / (float)V) - span / 2;
+        }
+        for (int64_t i = 3; i < V; i += 5)
+            lg[2 * V + i] = -INFINITY; /* row 2: masked tokens */
+        /* histories: row r holds 3r ids, some repeated, some of them the row's top ids */
+        int32_t hist[6][15];
+        const int32_t *hp[6];
+        int64_t hl[6];
+        for (int r = 0; r < M; r++) {
+            hl[r] = 3 * r;
+            for (int i = 0; i < 15; i++)
+                hist[r][i] = (int32_t)(kt_u64() % (uint64_t)V);
+            if (r >= 2)
+                hist[r][1] = hist[r][0];
+            hp[r] = hist[r];
+        }
+        uint64_t stream[6], step[6];
+        void *dl = dput(&e, LH_DTYPE_F32, lg, n), *dp = dnew(&e, (size_t)n * sizeof(float));
+        lh_tensor hlg = kt_t2(LH_DTYPE_F32, lg, M, V), hpr = kt_t2(LH_DTYPE_F32, pc, M, V);
+        lh_tensor glg = on_gpu(kt_t2(LH_DTYPE_F32, dl, M, V));
+        lh_tensor gpr = on_gpu(kt_t2(LH_DTYPE_F32, dp, M, V));
+        for (int pi = 0; pi < 8; pi++) {
+            char what[96];
+            snprintf(what, sizeof what, "sampling V %lld params %d", (long long)V, pi);
+            if (OK(e.c, lh_k_sampling_probs(e.c, &P[pi], &hlg, hp, hl, &hpr)) &&
+                OK(e.g, lh_k_sampling_probs(e.g, &P[pi], &glg, hp, hl, &gpr)) &&
+                dget(&e, LH_DTYPE_F32, pg, dp, n)) {
+                char w2[128];
+                snprintf(w2, sizeof w2, "%.96s: probs", what);
+                CMP(w2, pg, pc, n, 1e-5, 0.0, NULL);
+            }
+            for (int it = 0; it < 4; it++) {
+                for (int r = 0; r < M; r++) {
+                    stream[r] = (uint64_t)(r * 7 + 1);
+                    step[r] = (uint64_t)(it * 3 + r);
+                }
+                int32_t ic[6], ig[6];
+                memset(ic, 0xff, sizeof ic);
+                memset(ig, 0xfe, sizeof ig);
+                const uint64_t seed = 42 + (uint64_t)it;
+                if (OK(e.c, lh_k_sample(e.c, &P[pi], &hlg, hp, hl, seed, stream, step, ic)) &&
+                    OK(e.g, lh_k_sample(e.g, &P[pi], &glg, hp, hl, seed, stream, step, ig))) {
+                    char w2[128];
+                    snprintf(w2, sizeof w2, "%.96s: draw %d", what, it);
+                    CMP_IDS(w2, ig, ic, M);
+                }
+                if (P[pi].temperature == 0.0f && it == 0) {
+                    /* greedy: stream and step may be NULL; no history either */
+                    if (OK(e.c, lh_k_sample(e.c, &P[pi], &hlg, NULL, NULL, 0, NULL, NULL, ic)) &&
+                        OK(e.g, lh_k_sample(e.g, &P[pi], &glg, NULL, NULL, 0, NULL, NULL, ig)))
+                        CMP_IDS(what, ig, ic, M);
+                }
+            }
+        }
+        /* a NaN logit is refused, naming the row */
+        float nan = NAN;
+        if (dset(&e, LH_DTYPE_F32, (float *)dl + 3 * V + 1, &nan, 1)) {
+            int32_t ig[6];
+            EXPECT_ST(e.g, lh_k_sample(e.g, &P[2], &glg, hp, hl, 1, stream, step, ig), LH_E_USAGE);
+        }
+        env_drop(&e);
+        free(lg);
+        free(pc);
+        free(pg);
+        free(perm);
+    }
+    env_close(&e);
+}
+
+/* ---- CUDA graphs ---------------------------------------------------------------------------- */
+
+/* A decode step of B sequences: q = rmsnorm(x @ w^T); the step's key and value written with
+ * fused RoPE; paged attention with fused RoPE. Host inputs: positions and kv_len. */
+#define GB 3
+typedef struct gstep {
+    genv *e;
+    int64_t K, H, KVH, D, bs;
+    void *dx, *dw, *dwn, *dy, *dq, *dk, *dv, *dout;
+    gpool pool;
+    const int32_t *tables[GB];
+    int64_t n_blocks[GB];
+    lh_rope rope;
+} gstep;
+
+static lh_status gstep_run(gstep *st, const int64_t *kv_len)
+{
+    lh_kctx *g = st->e->g;
+    const int64_t HD = st->H * st->D;
+    static const int64_t tok[GB] = {0, 1, 2}, nn[GB] = {1, 1, 1};
+    int32_t pos[GB];
+    for (int s = 0; s < GB; s++)
+        pos[s] = (int32_t)(kv_len[s] - 1);
+    lh_paged_batch pb = {.struct_size = sizeof pb, .n_seqs = GB, .token_start = tok,
+                         .n_new = nn, .kv_len = kv_len, .positions = pos,
+                         .block_tables = st->tables, .n_blocks = st->n_blocks};
+    lh_tensor x = on_gpu(kt_t2(LH_DTYPE_F32, st->dx, GB, st->K));
+    lh_tensor w = on_gpu(kt_t2(LH_DTYPE_BF16, st->dw, HD, st->K));
+    lh_tensor wn = on_gpu(kt_t1(LH_DTYPE_F32, st->dwn, HD));
+    lh_tensor y = on_gpu(kt_t2(LH_DTYPE_F32, st->dy, GB, HD));
+    lh_tensor q2 = on_gpu(kt_t2(LH_DTYPE_F32, st->dq, GB, HD));
+    lh_tensor q3 = on_gpu(kt_t3(LH_DTYPE_F32, st->dq, GB, st->H, st->D));
+    lh_tensor k = on_gpu(kt_t3(LH_DTYPE_F32, st->dk, GB, st->KVH, st->D));
+    lh_tensor v = on_gpu(kt_t3(LH_DTYPE_F32, st->dv, GB, st->KVH, st->D));
+    lh_tensor out = on_gpu(kt_t3(LH_DTYPE_F32, st->dout, GB, st->H, st->D));
+    lh_paged_attn_params prm = {.struct_size = sizeof prm,
+                                .scale = 1.0f / sqrtf((float)st->D), .rope = &st->rope};
+    lh_status s = lh_k_matmul(g, &x, &w, NULL, &y);
+    if (s == LH_OK)
+        s = lh_k_rmsnorm(g, &y, &wn, 1e-6f, 0.0f, &q2);
+    if (s == LH_OK)
+        s = lh_k_paged_kv_write_batch(g, &st->pool.dkv, &pb, &k, &v, &st->rope);
+    if (s == LH_OK)
+        s = lh_k_paged_attention_batch(g, &q3, &st->pool.dkv, &pb, &prm, &out);
+    if (s != LH_OK)
+        FAILF("graph step: %s", lh_k_last_error(g));
+    return s;
+}
+
+/* Uploads the step's device inputs (x, the new key and value) for input set `which`. */
+static bool gstep_inputs(gstep *st, int which)
+{
+    const int64_t nx = GB * st->K, nk = GB * st->KVH * st->D;
+    float *x = xcalloc((size_t)nx, sizeof(float)), *k = xcalloc((size_t)nk, sizeof(float));
+    float *v = xcalloc((size_t)nk, sizeof(float));
+    kt_seed(1616 + (uint64_t)which);
+    fill_uniform(x, nx, 1.0f);
+    fill_uniform(k, nk, 1.0f);
+    fill_uniform(v, nk, 1.0f);
+    const bool ok = dset(st->e, LH_DTYPE_F32, st->dx, x, nx) &&
+                    dset(st->e, LH_DTYPE_F32, st->dk, k, nk) &&
+                    dset(st->e, LH_DTYPE_F32, st->dv, v, nk);
+    free(x);
+    free(k);
+    free(v);
+    return ok;
+}
+
+/* Eager runs of two steps, then the same steps captured (first) and replayed (second) with
+ * other positions and kv_len: the graph's outputs equal the eager ones (same kernels and, with
+ * the bounds set, the same launch configurations; 1e-6 absolute in case cuBLAS picks another
+ * algorithm under capture); lh_k_graph_counts: 1 capture, 1 replay. */
+static void test_gpu_graph(void)
+{
+    NEED_REAL_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(1717);
+    gstep st;
+    memset(&st, 0, sizeof st);
+    st.e = &e;
+    st.K = 256;
+    st.H = 4;
+    st.KVH = 2;
+    st.D = 64;
+    st.bs = 16;
+    const int64_t HD = st.H * st.D, nout = GB * HD, per_seq = 40, NB = GB * per_seq + 2;
+    const int64_t L1[GB] = {300, 77, 513}, L2[GB] = {301, 78, 514};
+    if (!OK(NULL, lh_k_rope_init(&st.rope, st.D, 10000.0, NULL, 4096))) {
+        env_close(&e);
+        return;
+    }
+    void *w = xcalloc((size_t)(HD * st.K), sizeof(uint16_t));
+    float *wref = xcalloc((size_t)(HD * st.K), sizeof(float)), *wn = xcalloc((size_t)HD, sizeof(float));
+    kt_fill_w(LH_DTYPE_BF16, w, wref, HD * st.K, 0.1f);
+    for (int64_t i = 0; i < HD; i++)
+        wn[i] = 1.0f + 0.5f * kt_uniform();
+    st.dw = dput(&e, LH_DTYPE_BF16, w, HD * st.K);
+    st.dwn = dput(&e, LH_DTYPE_F32, wn, HD);
+    st.dx = dnew(&e, (size_t)(GB * st.K) * sizeof(float));
+    st.dy = dnew(&e, (size_t)nout * sizeof(float));
+    st.dq = dnew(&e, (size_t)nout * sizeof(float));
+    st.dk = dnew(&e, (size_t)(GB * st.KVH * st.D) * sizeof(float));
+    st.dv = dnew(&e, (size_t)(GB * st.KVH * st.D) * sizeof(float));
+    st.dout = dnew(&e, (size_t)nout * sizeof(float));
+    gpool_init(&e, &st.pool, LH_DTYPE_BF16, LH_DTYPE_BF16, LH_KV_NHD, st.bs, st.KVH, st.D, NB,
+               false);
+    int32_t *perm = xcalloc((size_t)NB, sizeof(int32_t));
+    for (int64_t i = 0; i < NB; i++)
+        perm[i] = (int32_t)(NB - 1 - i);
+    for (int s = 0; s < GB; s++) {
+        st.tables[s] = perm + s * per_seq;
+        st.n_blocks[s] = per_seq;
+    }
+    /* the history: positions 0 .. L1 - 2, written eagerly */
+    {
+        const int64_t row = st.KVH * st.D;
+        int64_t tok[GB], nn[GB], len[GB], Tw = 0;
+        for (int s = 0; s < GB; s++) {
+            tok[s] = Tw;
+            nn[s] = len[s] = L1[s] - 1;
+            Tw += nn[s];
+        }
+        float *kk = xcalloc((size_t)(Tw * row), sizeof(float));
+        float *vv = xcalloc((size_t)(Tw * row), sizeof(float));
+        int32_t *pos = xcalloc((size_t)Tw, sizeof(int32_t));
+        fill_uniform(kk, Tw * row, 1.0f);
+        fill_uniform(vv, Tw * row, 1.0f);
+        for (int s = 0; s < GB; s++)
+            for (int64_t i = 0; i < nn[s]; i++)
+                pos[tok[s] + i] = (int32_t)i;
+        lh_paged_batch pb = {.struct_size = sizeof pb, .n_seqs = GB, .token_start = tok,
+                             .n_new = nn, .kv_len = len, .positions = pos,
+                             .block_tables = st.tables, .n_blocks = st.n_blocks};
+        void *dkk = dput(&e, LH_DTYPE_F32, kk, Tw * row), *dvv = dput(&e, LH_DTYPE_F32, vv, Tw * row);
+        lh_tensor gk = on_gpu(kt_t3(LH_DTYPE_F32, dkk, Tw, st.KVH, st.D));
+        lh_tensor gv = on_gpu(kt_t3(LH_DTYPE_F32, dvv, Tw, st.KVH, st.D));
+        OK(e.g, lh_k_paged_kv_write_batch(e.g, &st.pool.dkv, &pb, &gk, &gv, &st.rope));
+        free(kk);
+        free(vv);
+        free(pos);
+    }
+    OK(e.g, lh_k_ctx_set_bounds(e.g, 1024, per_seq));
+
+    float *oe1 = xcalloc((size_t)nout, sizeof(float)), *oe2 = xcalloc((size_t)nout, sizeof(float));
+    float *og1 = xcalloc((size_t)nout, sizeof(float)), *og2 = xcalloc((size_t)nout, sizeof(float));
+    bool ok = gstep_inputs(&st, 1) && gstep_run(&st, L1) == LH_OK &&
+              dget(&e, LH_DTYPE_F32, oe1, st.dout, nout) && gstep_inputs(&st, 2) &&
+              gstep_run(&st, L2) == LH_OK && dget(&e, LH_DTYPE_F32, oe2, st.dout, nout);
+    lh_k_graph *g = NULL;
+    if (ok && OK(e.g, lh_k_graph_create(e.g, &g))) {
+        bool rerun = true;
+        /* capture with the first inputs (a capture during which the context's buffers moved
+         * asks for a rerun, which captures again: allowed, though the eager runs above should
+         * have sized everything) */
+        for (int attempt = 0; attempt < 3 && rerun; attempt++) {
+            if (attempt > 0)
+                printf("\n    note: capture %d asked for a rerun", attempt);
+            if (!gstep_inputs(&st, 1) || !OK(e.g, lh_k_graph_begin(e.g, g)))
+                break;
+            if (gstep_run(&st, L1) != LH_OK) {
+                lh_k_graph_abort(e.g, g);
+                break;
+            }
+            if (!OK(e.g, lh_k_graph_end(e.g, g, &rerun)))
+                break;
+            if (!rerun && dget(&e, LH_DTYPE_F32, og1, st.dout, nout))
+                CMP("graph capture vs eager", og1, oe1, nout, 1e-6, 0.0, NULL);
+        }
+        if (rerun)
+            FAILF("the graph was not captured");
+        /* replay with other positions, lengths and device inputs */
+        rerun = true;
+        if (gstep_inputs(&st, 2) && OK(e.g, lh_k_graph_begin(e.g, g))) {
+            if (gstep_run(&st, L2) == LH_OK) {
+                if (OK(e.g, lh_k_graph_end(e.g, g, &rerun))) {
+                    if (rerun)
+                        FAILF("graph replay with new positions and kv_len asked for a rerun "
+                              "(launches must depend on shapes only with bounds set)");
+                    else if (dget(&e, LH_DTYPE_F32, og2, st.dout, nout))
+                        CMP("graph replay vs eager", og2, oe2, nout, 1e-6, 0.0, NULL);
+                }
+            } else {
+                lh_k_graph_abort(e.g, g);
+            }
+        }
+        int64_t captures = -1, replays = -1;
+        lh_k_graph_counts(g, &captures, &replays);
+        if (captures != 1 || replays != 1)
+            FAILF("lh_k_graph_counts: %lld captures and %lld replays, expected 1 and 1",
+                  (long long)captures, (long long)replays);
+        lh_k_graph_counts(g, NULL, NULL);
+
+        /* a call that waits for the device is refused inside begin/end */
+        lh_k_graph *g2 = NULL;
+        if (OK(e.g, lh_k_graph_create(e.g, &g2)) && OK(e.g, lh_k_graph_begin(e.g, g2))) {
+            int32_t ids[GB];
+            lh_tensor y = on_gpu(kt_t2(LH_DTYPE_F32, st.dy, GB, HD));
+            EXPECT_ST(e.g, lh_k_argmax(e.g, &y, ids), LH_E_USAGE);
+            EXPECT_ST(e.g, lh_k_sync(e.g), LH_E_USAGE);
+            lh_k_graph_abort(e.g, g2);
+        }
+        lh_k_graph_free(g2);
+        /* the context works eagerly afterwards */
+        float *o3 = xcalloc((size_t)nout, sizeof(float));
+        if (gstep_inputs(&st, 2) && gstep_run(&st, L2) == LH_OK &&
+            dget(&e, LH_DTYPE_F32, o3, st.dout, nout))
+            CMP("eager after graphs", o3, oe2, nout, 1e-6, 0.0, NULL);
+        free(o3);
+    }
+    lh_k_graph_free(g);
+    OK(e.g, lh_k_ctx_set_bounds(e.g, 0, 0));
+    env_close(&e);
+    gpool_free(&st.pool);
+    lh_k_rope_free(&st.rope);
+    free(perm);
+    free(w);
+    free(wref);
+    free(wn);
+    free(oe1);
+    free(oe2);
+    free(og1);
+    free(og2);
+}
+
+/* ---- registration --------------------------------------------------------------------------- */
+
+static CU_TestInfo nogpu_tests[] = {
+    {"device count 0 comes with a reason", test_reason_when_unavailable},
+    {"a CUDA context without a device is refused, naming cuda and the reason",
+     test_cuda_ctx_refused},
+    {"device info outside the devices: LH_E_UNSUPPORTED", test_device_info_without_device},
+    {"a CUDA tensor on a CPU context: LH_E_USAGE naming both devices", test_cuda_tensor_on_cpu_ctx},
+    {"graphs on a CPU context: LH_E_UNSUPPORTED", test_graph_on_cpu_ctx},
+    {"alloc / copy / memzero / free on a CPU context", test_cpu_alloc_copy_free},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_TestInfo gpu_tests[] = {
+    {"context, device memory, transfers", test_gpu_context_and_memory},
+    {"matmul f32 / bf16 / f16 weights, GEMV and cuBLAS paths", test_gpu_matmul},
+    {"embedding, every table dtype", test_gpu_embedding},
+    {"gather_rows", test_gpu_gather_rows},
+    {"rmsnorm and add_rmsnorm, aliasing, offsets", test_gpu_rmsnorm},
+    {"silu_mul, aliasing", test_gpu_silu_mul},
+    {"softmax", test_gpu_softmax},
+    {"argmax, ties", test_gpu_argmax},
+    {"convert, all six directions", test_gpu_convert},
+    {"rope_apply: default, partial, linear, dynamic, llama3, yarn", test_gpu_rope},
+    {"attention: contiguous, GQA, sliding window", test_gpu_attention},
+    {"paged kv write + attention batch, NHD", test_gpu_paged_nhd},
+    {"paged kv write + attention batch, HND", test_gpu_paged_hnd},
+    {"paged: calls beyond the bounds are refused", test_gpu_bounds_refused},
+    {"sampling: ids and probabilities", test_gpu_sampling},
+    {"CUDA graphs: capture, replay with new inputs", test_gpu_graph},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_SuiteInfo suites[] = {
+    {"cuda without a device", NULL, NULL, NULL, NULL, nogpu_tests},
+    {"cuda kernels vs cpu", NULL, NULL, NULL, NULL, gpu_tests},
+    CU_SUITE_INFO_NULL,
+};
+
+int main(int argc, char **argv)
+{
+    return lh_test_main(argc, argv, suites);
+}
