@@ -134,7 +134,11 @@ typedef struct lh_attn_ops {
     lh_status (*prepare)(lh_attn_layer *layer, const lh_attn_step *step, char *err, size_t n);
     /* q [T, H, D], k and v [T, KVH, D] f32 for the step's new tokens (RoPE already applied
      * unless the geometry says fused_rope); appends k, v to the cache and writes
-     * out [T, H, D]. q and k may be modified (rotated in place). */
+     * out [T, H, D]. q and k may be modified (rotated in place). The tensors are on kctx's
+     * device. With CUDA graphs (a backend with LH_ATTN_CAP_PAGED_KV on a CUDA context) the
+     * host may call forward more than once for the same step -- a dry run that only checks and
+     * stages, then a capture -- so forward must not change the backend's own host-side state;
+     * per-step bookkeeping belongs in prepare, which runs once. */
     lh_status (*forward)(lh_attn_layer *layer, lh_kctx *kctx, const lh_attn_step *step,
                          const lh_attn_forward_args *args, lh_tensor *q, lh_tensor *k,
                          const lh_tensor *v, lh_tensor *out, char *err, size_t n);

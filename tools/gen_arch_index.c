@@ -4,6 +4,10 @@
  *   gen_arch_index PLUGIN_DIR                 print the index to stdout
  *   gen_arch_index PLUGIN_DIR --write FILE    write it atomically (temporary file + rename)
  *   gen_arch_index PLUGIN_DIR --check FILE    exit 11 (index drift) listing every difference
+ *
+ * The generation and the atomic write are the code behind `llmhost plugin index`
+ * (lh_index_generate / lh_index_regenerate in host/loader/index_generate.c): each plugin is
+ * loaded in a child process, so a crashing or hanging plugin is reported, not fatal.
  */
 #include "index/arch_index.h"
 #include "loader/index_generate.h"
@@ -18,29 +22,6 @@ static int usage(void)
     return LH_E_USAGE;
 }
 
-static int write_atomically(const lh_arch_index *idx, const char *file)
-{
-    size_t n = strlen(file) + 16;
-    char *tmp = malloc(n);
-    if (!tmp)
-        return LH_E_NOMEM;
-    snprintf(tmp, n, "%s.tmp", file);
-    FILE *f = fopen(tmp, "w");
-    int rc = LH_OK;
-    if (!f || lh_arch_index_write(f, idx->rows, idx->n_rows) != 0)
-        rc = LH_E_IO;
-    if (f && fclose(f) != 0)
-        rc = LH_E_IO;
-    if (rc == LH_OK && rename(tmp, file) != 0)
-        rc = LH_E_IO;
-    if (rc != LH_OK) {
-        perror(file);
-        remove(tmp);
-    }
-    free(tmp);
-    return rc;
-}
-
 int main(int argc, char **argv)
 {
     if (argc != 2 && argc != 4)
@@ -49,6 +30,14 @@ int main(int argc, char **argv)
     if (mode && strcmp(mode, "--write") != 0 && strcmp(mode, "--check") != 0)
         return usage();
     lh_err err = {0};
+    if (mode && strcmp(mode, "--write") == 0) {
+        if (lh_index_regenerate(argv[1], argv[3], false, 0, NULL, &err) != LH_OK) {
+            fprintf(stderr, "gen_arch_index: error [%s]: %s\n", lh_status_name(err.code),
+                    err.msg);
+            return err.code;
+        }
+        return 0;
+    }
     lh_arch_index generated;
     if (lh_index_generate(argv[1], false, &generated, &err) != LH_OK) {
         fprintf(stderr, "gen_arch_index: error [%s]: %s\n", lh_status_name(err.code), err.msg);
@@ -57,8 +46,6 @@ int main(int argc, char **argv)
     int rc = 0;
     if (!mode) {
         rc = lh_arch_index_write(stdout, generated.rows, generated.n_rows) == 0 ? 0 : LH_E_IO;
-    } else if (strcmp(mode, "--write") == 0) {
-        rc = write_atomically(&generated, argv[3]);
     } else {
         lh_arch_index committed;
         if (lh_arch_index_load(argv[3], &committed, &err) != LH_OK) {

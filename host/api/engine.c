@@ -14,11 +14,16 @@
 #include "runtime/generate.h"
 #include "weights/checkpoint.h"
 
+#include <jansson.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* lh_engine_cancel is documented as callable from a signal handler */
+_Static_assert(ATOMIC_BOOL_LOCK_FREE == 2, "lh_engine_cancel needs a lock-free atomic_bool");
 
 /* weight_placement: auto resolves to this; chosen by tools/bench/bench_inference (README) */
 #define LH_AUTO_PLACEMENT LH_PLACE_MMAP
@@ -35,6 +40,9 @@ struct lh_engine {
     bool dec_ready;
     lh_generate_stats last; /* the last generate call's timings (lh_engine_last_stats) */
     lh_generation_config gen; /* generation_config.json (lh_engine_generation_defaults) */
+    /* lh_engine_cancel's request to the generate call in progress (cleared when one starts) */
+    atomic_bool cancel;
+    char *explain; /* lh_engine_explain_json's JSON, built once at open */
 };
 
 void lh_engine_close(lh_engine *e)
@@ -49,6 +57,7 @@ void lh_engine_close(lh_engine *e)
     lh_model_config_free(e->cfg);
     lh_run_config_free(&e->rc);
     lh_generation_config_free(&e->gen);
+    free(e->explain);
     free(e);
 }
 
@@ -74,11 +83,36 @@ static lh_status create_kctx(lh_engine *e, int n_threads, lh_err *err)
                       why[0] ? why : "out of memory");
 }
 
+/* lh_engine_explain_json's text: explain's keys for what this engine resolved, built and
+ * chose, plus what only an open engine knows (its threads, ISA, the decoder's sizes). */
+static lh_status build_explain(lh_engine *e, json_t *attn_trace, lh_err *err)
+{
+    json_t *j = NULL;
+    lh_status st = lh_explain_object(e->host, &e->res, e->cfg, &e->rc, attn_trace, e->model, &j,
+                                     err);
+    if (st != LH_OK)
+        return st;
+    char dev[32];
+    json_t *eng = json_pack("{s:s,s:i,s:I,s:I,s:I}", "device", lh_device_str(e->device, dev,
+                            sizeof dev), "threads", lh_k_ctx_threads(e->kctx), "vocab_size",
+                            (json_int_t)e->dec.vocab, "max_seq_len", (json_int_t)e->dec.max_seq_len,
+                            "max_batch_size", (json_int_t)e->dec.max_seqs);
+    if (eng && e->device.kind == LH_DEVICE_CPU)
+        json_object_set_new(eng, "isa", json_string(lh_k_isa_name(lh_k_ctx_isa(e->kctx))));
+    if (!eng || json_object_set_new(j, "engine", eng) != 0) {
+        json_decref(j);
+        return lh_err_set(err, LH_E_NOMEM, "out of memory for the explain JSON");
+    }
+    e->explain = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    return e->explain ? LH_OK : lh_err_set(err, LH_E_NOMEM, "out of memory for the explain JSON");
+}
+
 /* The backend and every decision that follows from it (attn_select.c); the run's knobs that
  * this runtime does not implement are refused here, by name. */
 static lh_status attention_setup(lh_host *h, const lh_run_config *rc, const lh_model_config *cfg,
                                  lh_attn_runtime *out, lh_kv_plan *plan, int64_t *max_seq_len,
-                                 lh_err *err)
+                                 json_t **trace, lh_err *err)
 {
     lh_attn_choice choice;
     lh_status st = lh_select_attention_backend(&h->reg, rc, cfg, &choice, err);
@@ -95,6 +129,7 @@ static lh_status attention_setup(lh_host *h, const lh_run_config *rc, const lh_m
         *plan = choice.kv_plan;
         out->kv_plan = plan;
     }
+    *trace = json_incref(choice.trace); /* for lh_engine_explain_json */
     lh_attn_choice_free(&choice);
     if (p->struct_size < offsetof(lh_attn_backend_provider, ops) + sizeof p->ops || !p->ops ||
         !p->ops->create || !p->ops->forward || !p->ops->destroy)
@@ -118,16 +153,23 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     lh_err_clear(err);
     if (!h || !o || !o->model)
         return lh_err_set(err, LH_E_USAGE, "lh_engine_open: host, options and model are required");
-    if (o->struct_size < offsetof(lh_engine_options, attn_backend) + sizeof o->attn_backend)
+    /* callers built before config_text was appended pass a smaller struct: no text */
+    const size_t min_size = offsetof(lh_engine_options, attn_backend) + sizeof o->attn_backend;
+    if (o->struct_size < min_size)
         return lh_err_set(err, LH_E_USAGE, "lh_engine_open: options.struct_size %u is smaller "
-                          "than this library's %zu; set it to sizeof(lh_engine_options)",
-                          o->struct_size, sizeof *o);
+                          "than %zu (the fields up to attn_backend); set it to "
+                          "sizeof(lh_engine_options)", o->struct_size, min_size);
+    const char *config_text =
+        o->struct_size >= offsetof(lh_engine_options, config_text) + sizeof o->config_text
+            ? o->config_text : NULL;
     lh_engine *e = calloc(1, sizeof *e);
     if (!e)
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
     e->host = h;
+    atomic_init(&e->cancel, false);
     lh_resolve_request req = {.struct_size = sizeof req, .model = o->model,
-                              .config_file = o->config_file, .overrides = o->overrides};
+                              .config_file = o->config_file, .overrides = o->overrides,
+                              .config_text = config_text};
     lh_status st = lh_prepare_request(&req, &e->rc, &e->cfg, err);
     if (st == LH_OK && o->attn_backend) {
         char kv[256];
@@ -142,8 +184,9 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     lh_attn_runtime attn = {0};
     lh_kv_plan kv_plan;
     int64_t max_seq = 0;
+    json_t *attn_trace = NULL;
     if (st == LH_OK)
-        st = attention_setup(h, &e->rc, e->cfg, &attn, &kv_plan, &max_seq, err);
+        st = attention_setup(h, &e->rc, e->cfg, &attn, &kv_plan, &max_seq, &attn_trace, err);
     if (st == LH_OK)
         st = lh_resolve(&h->reg, e->cfg, &e->rc, &e->res, err);
     if (st == LH_OK && e->res.kind != LH_KIND_MODEL)
@@ -180,6 +223,9 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
                              e->kctx, err);
         e->dec_ready = st == LH_OK;
     }
+    if (st == LH_OK)
+        st = build_explain(e, attn_trace, err);
+    json_decref(attn_trace);
     if (st != LH_OK) {
         lh_err_prefix(err, "opening %s", o->model);
         lh_engine_close(e);
@@ -298,17 +344,38 @@ lh_status lh_engine_generate(lh_engine *e, const lh_generate_params *params,
                              int32_t *out, int64_t *out_lens, lh_stop_reason *stop, lh_err *err)
 {
     lh_err_clear(err);
-    if (e)
+    if (e) { /* a cancel belongs to the call in progress: one made before this call is void */
+        atomic_store_explicit(&e->cancel, false, memory_order_release);
         e->last = (lh_generate_stats){0};
+    }
     if (!e || !params || !prompts || !lens || !out_lens ||
         (!out && (params->struct_size < sizeof *params || params->max_new_tokens > 0)))
         return lh_err_set(err, LH_E_USAGE, "lh_engine_generate: NULL argument");
     int64_t c0, r0;
     lh_decoder_graph_counts(&e->dec, &c0, &r0);
-    lh_status st = lh_generate(&e->dec, e->kctx, params, prompts, lens, n_seqs, out, out_lens,
-                               stop, &e->last, err);
+    lh_status st = lh_generate_cancellable(&e->dec, e->kctx, params, prompts, lens, n_seqs, out,
+                                           out_lens, stop, &e->last, &e->cancel, err);
     log_graph_counts(e, c0, r0);
     return st;
+}
+
+void lh_engine_cancel(lh_engine *e)
+{
+    if (e)
+        atomic_store_explicit(&e->cancel, true, memory_order_release);
+}
+
+lh_status lh_engine_explain_json(const lh_engine *e, char **json_out, lh_err *err)
+{
+    lh_err_clear(err);
+    if (!e || !json_out) {
+        if (json_out)
+            *json_out = NULL;
+        return lh_err_set(err, LH_E_USAGE, "lh_engine_explain_json: %s is NULL",
+                          e ? "json_out" : "engine");
+    }
+    *json_out = strdup(e->explain);
+    return *json_out ? LH_OK : lh_err_set(err, LH_E_NOMEM, "out of memory");
 }
 
 lh_status lh_engine_last_stats(const lh_engine *e, lh_generate_stats *out, lh_err *err)

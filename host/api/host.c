@@ -15,6 +15,7 @@
 #include "resolve/resolve.h"
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,13 +232,21 @@ lh_status lh_host_loaded_plugins_json(lh_host *h, char **json_out, lh_err *err)
     return dump(j, json_out, err);
 }
 
-static lh_status load_run_config(const char *config_file, const char *const *overrides,
-                                 lh_run_config *rc, lh_err *err)
+/* How a run config given as text is named in messages and origins (FILE:LINE:COL). */
+#define CONFIG_TEXT_NAME "<config_text>"
+
+static lh_status load_run_config(const char *config_file, const char *config_text,
+                                 const char *const *overrides, lh_run_config *rc, lh_err *err)
 {
     lh_run_config_init(rc);
     lh_status st = LH_OK;
-    if (config_file)
+    if (config_file && config_text)
+        st = lh_err_set(err, LH_E_USAGE, "a run config was given both as a file (%s) and as "
+                        "text (config_text); pass one of them", config_file);
+    else if (config_file)
         st = lh_run_config_load_file(rc, config_file, err);
+    else if (config_text)
+        st = lh_run_config_load_string(rc, config_text, CONFIG_TEXT_NAME, err);
     for (const char *const *o = overrides; st == LH_OK && o && *o; o++)
         st = lh_run_config_set(rc, *o, err);
     if (st == LH_OK)
@@ -250,7 +259,17 @@ lh_status lh_validate_run_config(const char *config_file, const char *const *ove
 {
     lh_err_clear(err);
     lh_run_config rc;
-    lh_status st = load_run_config(config_file, overrides, &rc, err);
+    lh_status st = load_run_config(config_file, NULL, overrides, &rc, err);
+    lh_run_config_free(&rc);
+    return st;
+}
+
+lh_status lh_validate_run_config_text(const char *config_text, const char *const *overrides,
+                                      lh_err *err)
+{
+    lh_err_clear(err);
+    lh_run_config rc;
+    lh_status st = load_run_config(NULL, config_text, overrides, &rc, err);
     lh_run_config_free(&rc);
     return st;
 }
@@ -264,7 +283,11 @@ lh_status lh_prepare_request(const lh_resolve_request *req, lh_run_config *rc,
         lh_run_config_init(rc);
         return lh_err_set(err, LH_E_USAGE, "no model given (a model directory or config.json)");
     }
-    lh_status st = load_run_config(req->config_file, req->overrides, rc, err);
+    /* config_text was appended: a caller's older, smaller struct does not have it */
+    const char *text = req->struct_size >= offsetof(lh_resolve_request, config_text) +
+                                               sizeof req->config_text
+                           ? req->config_text : NULL;
+    lh_status st = load_run_config(req->config_file, text, req->overrides, rc, err);
     if (st == LH_OK)
         st = lh_model_config_load(req->model, cfg, err);
     return st;
@@ -281,6 +304,42 @@ static json_t *resolution_json(const lh_registry *reg, const lh_resolution *r)
                      m->path, "origin", m->builtin ? "builtin" : "external", "loaded_plugins",
                      loaded_plugins(reg), "plugin", "name", m->plugin_name, "version",
                      m->plugin_version, "abi", abi, "trace", r->trace);
+}
+
+lh_status lh_explain_object(lh_host *h, const lh_resolution *r, const lh_model_config *cfg,
+                            const lh_run_config *rc, json_t *attn_trace, const lh_model *m,
+                            json_t **out, lh_err *err)
+{
+    *out = NULL;
+    lh_registry_lock(&h->reg);
+    json_t *j = resolution_json(&h->reg, r);
+    lh_registry_unlock(&h->reg);
+    if (!j)
+        return lh_err_set(err, LH_E_NOMEM, "out of memory for the resolution JSON");
+    json_object_set_new(j, "config", json_string(cfg->path));
+    if (attn_trace)
+        json_object_set(j, "attention", attn_trace);
+    if (m) {
+        lh_memory_plan plan;
+        lh_status st = lh_model_plan(m, &plan, err);
+        if (st != LH_OK) {
+            json_decref(j);
+            return st;
+        }
+        json_object_set_new(j, "run_config", lh_run_config_to_json(rc));
+        json_t *pj = lh_model_plan_json(m, &plan);
+        json_object_update(j, pj);
+        json_decref(pj);
+        /* the pool the engine would allocate (kv_cache sizing, block rounding) replaces
+         * the tree's max_seq_len x max_batch_size estimate, so explain has one answer */
+        const json_t *kv = json_object_get(json_object_get(j, "attention"), "kv_cache");
+        if (kv) {
+            json_object_set(j, "kv_pool_tokens", json_object_get(kv, "pool_tokens"));
+            json_object_set(j, "kv_pool_bytes", json_object_get(kv, "pool_bytes"));
+        }
+    }
+    *out = j;
+    return LH_OK;
 }
 
 static lh_status resolve_common(lh_host *h, const lh_resolve_request *req, bool explain,
@@ -300,36 +359,13 @@ static lh_status resolve_common(lh_host *h, const lh_resolve_request *req, bool 
     if (st == LH_OK)
         st = lh_resolve(&h->reg, cfg, &rc, &r, err);
     json_t *j = NULL;
-    if (st == LH_OK) {
-        lh_registry_lock(&h->reg);
-        j = resolution_json(&h->reg, &r);
-        lh_registry_unlock(&h->reg);
-        json_object_set_new(j, "config", json_string(cfg->path));
-        if (choice.trace)
-            json_object_set(j, "attention", choice.trace);
-    }
-    lh_attn_choice_free(&choice);
-    if (st == LH_OK && explain) {
-        lh_model *m = NULL;
+    lh_model *m = NULL;
+    if (st == LH_OK && explain)
         st = lh_model_build(lh_host_api_table(), &r.entry->p.model, cfg, &rc, &m, err);
-        lh_memory_plan plan;
-        if (st == LH_OK)
-            st = lh_model_plan(m, &plan, err);
-        if (st == LH_OK) {
-            json_object_set_new(j, "run_config", lh_run_config_to_json(&rc));
-            json_t *pj = lh_model_plan_json(m, &plan);
-            json_object_update(j, pj);
-            json_decref(pj);
-            /* the pool the engine would allocate (kv_cache sizing, block rounding) replaces
-             * the tree's max_seq_len x max_batch_size estimate, so explain has one answer */
-            const json_t *kv = json_object_get(json_object_get(j, "attention"), "kv_cache");
-            if (kv) {
-                json_object_set(j, "kv_pool_tokens", json_object_get(kv, "pool_tokens"));
-                json_object_set(j, "kv_pool_bytes", json_object_get(kv, "pool_bytes"));
-            }
-        }
-        lh_model_free(m);
-    }
+    if (st == LH_OK)
+        st = lh_explain_object(h, &r, cfg, &rc, choice.trace, m, &j, err);
+    lh_model_free(m);
+    lh_attn_choice_free(&choice);
     if (st == LH_OK)
         st = dump(j, json_out, err);
     else

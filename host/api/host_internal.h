@@ -5,6 +5,9 @@
 #include "config/model_config.h"
 #include "config/run_config.h"
 #include "registry/registry.h"
+#include "resolve/resolve.h"
+
+#include <jansson.h>
 
 struct lh_host {
     lh_registry reg;
@@ -14,6 +17,16 @@ struct lh_host {
  * success the caller frees both; on error rc is still initialized (free it). */
 lh_status lh_prepare_request(const lh_resolve_request *req, lh_run_config *rc,
                              lh_model_config **cfg, lh_err *err);
+
+/* The explain object (lh_host_explain_json's keys) for a resolution r of cfg under rc:
+ * resolution keys (with loaded_plugins, read under the registry lock), config, attention
+ * (attn_trace when not NULL; kept by reference), and when m is not NULL run_config and the
+ * memory plan of m (the KV pool from attn_trace's kv_cache when it has one). New reference
+ * in *out. Errors: the plan's, LH_E_NOMEM. */
+struct lh_model;
+lh_status lh_explain_object(lh_host *h, const lh_resolution *r, const lh_model_config *cfg,
+                            const lh_run_config *rc, json_t *attn_trace,
+                            const struct lh_model *m, json_t **out, lh_err *err);
 
 /* For tools that drive an engine's steps themselves (tools/bench): the engine's decoder and
  * kernel context, owned by the engine and valid until lh_engine_close. */

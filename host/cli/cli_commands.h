@@ -19,5 +19,7 @@ int lh_cli_run(const lh_cli_args *a);
 int lh_cli_tokenize(const lh_cli_args *a);
 int lh_cli_logits(const lh_cli_args *a);
 int lh_cli_bench(const lh_cli_args *a);
+/* `llmhost plugin check|index ...`: parses its own arguments (argv[1] is "plugin"). */
+int lh_cli_plugin(int argc, char **argv);
 
 #endif

@@ -26,6 +26,10 @@ static const char usage_text[] =
     "  backends [--json]    attention backends and their capabilities (loads only those plugins),\n"
     "                       and the devices: the CPU's kernels, each CUDA device or why none\n"
     "  version              versions of llmhost and of the plugin ABI\n"
+    "  plugin check FILE.so|DIR [--json] [--timeout S]\n"
+    "                       load plugins in a child process: ABI, name, version, registrations,\n"
+    "                       security, and a DIR's arch_index.tsv differences (llmhost plugin -h)\n"
+    "  plugin index DIR     write DIR/arch_index.tsv from what its plugins register (atomic)\n"
     "\n"
     "options:\n"
     "  --json                       machine-readable output\n"
@@ -68,6 +72,8 @@ const char lh_cli_exit_status_text[] =
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "plugin") == 0)
+        return lh_cli_plugin(argc, argv); /* its own arguments: a subcommand and a path */
     lh_cli_args a;
     int rc = lh_cli_parse(argc, argv, &a);
     if (rc != 0) {
@@ -106,7 +112,8 @@ int main(int argc, char **argv)
         rc = lh_cli_bench(&a);
     } else {
         fprintf(stderr, "llmhost: unknown command '%s'; commands: list, resolve, explain, "
-                        "backends, run, tokenize, logits, bench, version, help\n", a.command);
+                        "backends, run, tokenize, logits, bench, plugin, version, help\n",
+                a.command);
         rc = LH_E_USAGE;
     }
     lh_cli_args_free(&a);

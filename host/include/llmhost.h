@@ -8,8 +8,20 @@
  *    with the matching free or close function. Strings returned as `const char *` are owned by the
  *    handle they came from and live as long as it does; `char *` results are the caller's to
  *    free().
- *  - Thread safety: an lh_host may be used from several threads at once; loading and
- *    registry access are serialized inside. Other handles belong to one thread at a time. */
+ *  - Thread safety. Every function below says which of these it is:
+ *      [concurrent]  may run on the same handle from several threads at once, and alongside
+ *                    the handle's other [concurrent] functions;
+ *      [exclusive]   one thread at a time per handle: the caller serializes these calls with
+ *                    every other call on that handle (a handle may move between threads);
+ *      [any thread]  callable from any thread at any time while the handle is open, even
+ *                    while an [exclusive] call runs on it (lh_engine_cancel).
+ *    Different handles are independent, except that an lh_engine borrows its lh_host: the
+ *    host's [concurrent] functions may run while its engines generate, and lh_host_free
+ *    comes after the last lh_engine_close. Functions without a handle are [concurrent].
+ *  - Versions: LH_PLUGIN_ABI_MAJOR / LH_PLUGIN_ABI_MINOR (lh_plugin.h, also `llmhost
+ *    --version` and `pkg-config --variable=abi_major llmhost-plugin`) version the plugin ABI;
+ *    this embedding API only ever appends struct fields (struct_size says which a caller
+ *    knows) and functions. */
 #ifndef LLMHOST_H
 #define LLMHOST_H
 
@@ -24,7 +36,8 @@ typedef struct lh_err {
     char msg[2048];
 } lh_err;
 
-/* Short stable name of a status ("unknown-name", "load-failure", ...). Never NULL. */
+/* Short stable name of a status ("unknown-name", "load-failure", ...). Never NULL; a static
+ * string. [concurrent] */
 LH_EXPORT const char *lh_status_name(lh_status s);
 
 typedef struct lh_host lh_host;
@@ -38,10 +51,12 @@ typedef struct lh_host_options {
     bool allow_insecure_plugins;
 } lh_host_options;
 
-/* Creates a host: reads the built-in arch_index.tsv and loads no plugin.
- * Errors: LH_E_IO (plugin dir or index missing), LH_E_INDEX_PARSE. */
+/* Creates a host: reads the built-in arch_index.tsv and loads no plugin. opts may be NULL
+ * (the defaults); the caller owns *out (lh_host_free).
+ * Errors: LH_E_IO (plugin dir or index missing), LH_E_INDEX_PARSE. [concurrent] */
 LH_EXPORT lh_status lh_host_create(const lh_host_options *opts, lh_host **out, lh_err *err);
-/* Frees the host. Plugins loaded by it stay mapped (they are never dlclosed). NULL is ok. */
+/* Frees the host. Plugins loaded by it stay mapped (they are never dlclosed). NULL is ok.
+ * [exclusive]: no other call on h in flight, and every engine opened on h closed first. */
 LH_EXPORT void lh_host_free(lh_host *h);
 
 /* Declares a custom module dir at the end of the precedence order (earlier dirs win).
@@ -50,42 +65,58 @@ LH_EXPORT void lh_host_free(lh_host *h);
  * and removed is restored from its modules' registration logs without reloading.
  * Errors: LH_E_INSECURE (relative path, writable by others), LH_E_USAGE (already declared, or
  * the built-in dir), LH_E_IO, LH_E_INDEX_PARSE, and for
- * eagerly loaded dirs any load error class; on error the dir is not declared. */
+ * eagerly loaded dirs any load error class; on error the dir is not declared.
+ * [concurrent]: serialized with loading and resolution inside the host; an engine already
+ * open keeps the plugin it was built from. */
 LH_EXPORT lh_status lh_host_add_custom_dir(lh_host *h, const char *dir, lh_err *err);
-/* Removes a declared custom dir; the registries are rebuilt without its modules.
- * Errors: LH_E_USAGE when the dir is not declared. */
+/* Removes a declared custom dir; the registries are rebuilt without its modules (nothing is
+ * unloaded: engines open on one of its plugins keep working).
+ * Errors: LH_E_USAGE when the dir is not declared. [concurrent] */
 LH_EXPORT lh_status lh_host_remove_custom_dir(lh_host *h, const char *dir, lh_err *err);
-/* Declares each dir of $LLMHOST_CUSTOM_MODULE_DIRS (colon-separated) in order. */
+/* Declares each dir of $LLMHOST_CUSTOM_MODULE_DIRS (colon-separated) in order; stops at the
+ * first error (the message names the variable). [concurrent] */
 LH_EXPORT lh_status lh_host_add_custom_dirs_from_env(lh_host *h, lh_err *err);
 
 /* JSON (caller frees) listing what the indexes offer, built-in and custom, and what is loaded.
- * Loads no plugin. */
+ * Loads no plugin. [concurrent] */
 LH_EXPORT lh_status lh_host_list_json(lh_host *h, char **json_out, lh_err *err);
-/* JSON array of absolute paths of every plugin file this host loaded (caller frees). */
+/* JSON array of absolute paths of every plugin file this host loaded (caller frees).
+ * [concurrent] */
 LH_EXPORT lh_status lh_host_loaded_plugins_json(lh_host *h, char **json_out, lh_err *err);
 
-/* Resolve a model (directory or config.json path) with an optional YAML run config (file
- * path, may be NULL) and CLI-style overrides ("key=value" strings, may be NULL). The result
- * is JSON (caller frees): see README "resolve". Errors: every class of lh_status. */
+/* Resolve a model (directory or config.json path) with an optional YAML run config (a file
+ * path, or the YAML text itself, or neither) and CLI-style overrides ("key=value" strings,
+ * may be NULL; applied over the YAML). The result is JSON (caller frees): see README
+ * "resolve". Errors: every class of lh_status; LH_E_USAGE when both config_file and
+ * config_text are set. [concurrent] */
 typedef struct lh_resolve_request {
     uint32_t struct_size;
     const char *model;        /* model dir or config.json */
     const char *config_file;  /* YAML run config or NULL */
     const char *const *overrides; /* NULL-terminated "key=value" list or NULL */
+    /* ---- appended (a struct_size that ends before here reads as config_text NULL) ---- */
+    /* The run config as YAML text (NUL-terminated UTF-8), parsed by the same parser as a
+     * file; errors and `explain` name it "<config_text>:LINE:COL". NULL: none. */
+    const char *config_text;
 } lh_resolve_request;
 LH_EXPORT lh_status lh_host_resolve_json(lh_host *h, const lh_resolve_request *req, char **json_out,
                                lh_err *err);
 /* JSON array (caller frees) of every attention backend the indexes offer, with its
- * constant capabilities; loads the attention backend plugins and nothing else. */
+ * constant capabilities; loads the attention backend plugins and nothing else. [concurrent] */
 LH_EXPORT lh_status lh_host_backends_json(lh_host *h, char **json_out, lh_err *err);
 
 /* Parses and validates a run config (YAML file or NULL, plus "key=value" overrides) without
  * loading anything: the CLI calls it before declaring custom dirs so that a bad run config
- * fails before any plugin loads. Errors: LH_E_IO, LH_E_CONFIG, LH_E_USAGE. */
+ * fails before any plugin loads. Errors: LH_E_IO, LH_E_CONFIG, LH_E_USAGE. [concurrent] */
 LH_EXPORT lh_status lh_validate_run_config(const char *config_file,
                                            const char *const *overrides, lh_err *err);
+/* The same for a run config given as YAML text (NULL: none), as lh_engine_options.config_text
+ * takes it; errors name "<config_text>:LINE:COL". [concurrent] */
+LH_EXPORT lh_status lh_validate_run_config_text(const char *config_text,
+                                                const char *const *overrides, lh_err *err);
 /* As resolve, then builds the module tree (meta phase, no weight memory) and reports the
- * memory plan. JSON caller-owned; see README "explain". */
+ * memory plan. JSON caller-owned; see README "explain". lh_engine_explain_json gives the same
+ * for an open engine. [concurrent] */
 LH_EXPORT lh_status lh_host_explain_json(lh_host *h, const lh_resolve_request *req, char **json_out,
                                lh_err *err);
 
@@ -100,29 +131,49 @@ typedef struct lh_engine_options {
     const char *const *overrides;  /* NULL-terminated "key=value" list or NULL */
     int n_threads;                 /* <= 0: every online core */
     const char *attn_backend;      /* NULL: the run config's attn_backend, else "paged" */
+    /* ---- appended (a struct_size that ends before here reads as config_text NULL) ---- */
+    /* The run config as YAML text instead of a file (not both: LH_E_USAGE); the same parser
+     * and validator, errors name "<config_text>:LINE:COL". Only read during the call. */
+    const char *config_text;
 } lh_engine_options;
 
 /* Resolves the model, builds its tree, binds the weights (mmap; zero-copy where the dtype
  * allows) and prepares the forward pass. The engine borrows `h`, which must outlive it.
  * Errors: every class of resolve, LH_E_IO / LH_E_CONFIG for the checkpoint (all missing,
  * unexpected and mis-shaped tensors at once), LH_E_UNSUPPORTED for an architecture whose tree
- * has no forward pass yet. One thread at a time per engine. */
+ * has no forward pass yet; LH_E_USAGE for both config_file and config_text, or a
+ * struct_size smaller than the fields up to attn_backend. The caller owns *out
+ * (lh_engine_close). [concurrent] on h (several engines may open at once); the options and
+ * the strings they point to are only read during the call. */
 LH_EXPORT lh_status lh_engine_open(lh_host *h, const lh_engine_options *opts, lh_engine **out,
                                    lh_err *err);
+/* Frees the engine (NULL is ok). [exclusive]: no other call on e in flight, lh_engine_cancel
+ * included. */
 LH_EXPORT void lh_engine_close(lh_engine *e);
+/* Vocabulary size (logits width); 0 for NULL. [concurrent] (immutable after open) */
 LH_EXPORT int64_t lh_engine_vocab_size(const lh_engine *e);
 /* Tokens one sequence may hold (run config max_seq_len, else the model's length) and
- * sequences one call may carry (max_batch_size). */
+ * sequences one call may carry (max_batch_size). [concurrent] (immutable after open) */
 LH_EXPORT int64_t lh_engine_max_seq_len(const lh_engine *e);
 LH_EXPORT int64_t lh_engine_max_batch_size(const lh_engine *e);
-/* Logits of every position of one sequence: out [n, vocab] float32, caller-allocated. */
+/* The explain JSON of the open engine (caller frees): the keys of lh_host_explain_json
+ * (resolution, config, attention with its device decision, run_config with origins, memory
+ * plan) as decided when the engine opened (loaded_plugins as of then), plus "engine":
+ * {device ("cpu" or "cuda:N"), threads, isa (CPU only), vocab_size, max_seq_len,
+ * max_batch_size}. Built once at open; this returns a copy.
+ * Errors: LH_E_USAGE (NULL engine or json_out), LH_E_NOMEM. [concurrent] (also while the
+ * engine generates) */
+LH_EXPORT lh_status lh_engine_explain_json(const lh_engine *e, char **json_out, lh_err *err);
+/* Logits of every position of one sequence: out [n, vocab] float32, caller-allocated.
+ * [exclusive]; not cancellable. */
 LH_EXPORT lh_status lh_engine_logits(lh_engine *e, const int32_t *tokens, int64_t n, float *out,
                                      lh_err *err);
 /* Greedy generation for n_seqs prompts in one batch: out [n_seqs, max_new] ids,
  * caller-allocated. Exactly max_new tokens per sequence: end-of-sequence ids do not stop it.
  * Errors (all checked before any step runs): LH_E_USAGE for an empty prompt, an id outside
  * the vocabulary, more sequences than max_batch_size, or prompt + max_new beyond
- * max_seq_len; LH_E_UNSUPPORTED for NaN logits. */
+ * max_seq_len; LH_E_UNSUPPORTED for NaN logits. [exclusive]; not cancellable (use
+ * lh_engine_generate). */
 LH_EXPORT lh_status lh_engine_generate_greedy(lh_engine *e, const int32_t *const *prompts,
                                               const int64_t *lens, int64_t n_seqs,
                                               int64_t max_new, int32_t *out, lh_err *err);
@@ -151,7 +202,8 @@ typedef struct lh_generate_stats {
  * sizeof(lh_generate_stats) of this library; struct_size is left as the caller set it and
  * bytes beyond this library's fields (a newer, larger struct) are not written.
  * Errors: LH_E_USAGE for a NULL engine or out, or a struct_size smaller than this library's
- * (nothing is written then). */
+ * (nothing is written then). [exclusive] (it reads what a running generate call writes);
+ * concurrent with lh_engine_cancel. */
 LH_EXPORT lh_status lh_engine_last_stats(const lh_engine *e, lh_generate_stats *out,
                                          lh_err *err);
 
@@ -193,7 +245,8 @@ typedef struct lh_generate_params {
      * are not listed. Both arrays are borrowed for the call. Returning false stops the whole
      * generation after this step: every sequence still running ends with LH_STOP_CANCELLED
      * and keeps the tokens produced so far (the call itself returns LH_OK). It must not call
-     * back into the engine. NULL: no callback. */
+     * back into the engine, except lh_engine_cancel (the same effect as returning false)
+     * and the engine's [concurrent] getters. NULL: no callback. */
     bool (*on_step)(void *user, int64_t step, const int64_t *seqs, const int32_t *ids,
                     int64_t n);
     void *on_step_user;         /* passed to on_step */
@@ -211,14 +264,15 @@ typedef struct lh_generate_params {
 typedef enum lh_stop_reason {
     LH_STOP_LENGTH = 0,    /* max_new_tokens generated */
     LH_STOP_EOS = 1,       /* the last generated token is one of stop_ids */
-    LH_STOP_CANCELLED = 2, /* on_step returned false while the sequence was running */
+    LH_STOP_CANCELLED = 2, /* on_step returned false, or lh_engine_cancel was called, while
+                            * the sequence was running */
     LH_STOP_CALLBACK = 3   /* on_step set the sequence's finish flag (params.finish) */
 } lh_stop_reason;
 
 /* Fills *out (out->struct_size must be at least sizeof(lh_generate_params); kept as given)
  * with the model's defaults (see above), max_new_tokens 32, seed 0, and seq_streams, on_step
  * and finish NULL (as far as out->struct_size reaches).
- * stop_ids points into the engine and lives as long as it. */
+ * stop_ids points into the engine and lives as long as it. [concurrent] */
 LH_EXPORT lh_status lh_engine_generation_defaults(const lh_engine *e, lh_generate_params *out,
                                                   lh_err *err);
 
@@ -236,11 +290,27 @@ LH_EXPORT lh_status lh_engine_generation_defaults(const lh_engine *e, lh_generat
  * without generation_config.json, do_sample false and no stop ids).
  * Errors: as lh_engine_generate_greedy, plus LH_E_USAGE naming a bad parameter (checked
  * before any step runs). lh_engine_last_stats reports the call (decode_tokens counts only the
- * tokens of sequences still running). */
+ * tokens of sequences still running).
+ * Cancellation: lh_engine_cancel (from another thread, or from on_step) stops the call at the
+ * next step boundary, as on_step returning false does.
+ * [exclusive]: one generate call per engine at a time; on_step runs on the calling thread. */
 LH_EXPORT lh_status lh_engine_generate(lh_engine *e, const lh_generate_params *params,
                                        const int32_t *const *prompts, const int64_t *lens,
                                        int64_t n_seqs, int32_t *out, int64_t *out_lens,
                                        lh_stop_reason *stop, lh_err *err);
+
+/* Asks the lh_engine_generate call running on e to stop at the next step boundary: the
+ * flag is read before the prefill and before each decode step, so the step in progress
+ * finishes (and its on_step runs) first. Every sequence still running then ends with
+ * LH_STOP_CANCELLED (unless that step was its max_new_tokens-th) and keeps the tokens it
+ * produced; the call returns LH_OK, and its out_lens say how far each sequence got. A
+ * cancel from on_step after step k leaves k + 1 tokens per running sequence.
+ * The request belongs to the call in progress: each lh_engine_generate clears it when it
+ * starts, so a cancel made while no call runs is forgotten and never stops a later call.
+ * Does nothing for NULL, for lh_engine_generate_greedy or lh_engine_logits.
+ * [any thread]: one lock-free atomic store; callable from on_step and from a signal
+ * handler. Not after (or during) lh_engine_close. */
+LH_EXPORT void lh_engine_cancel(lh_engine *e);
 
 /* ---- tokenizer ------------------------------------------------------------------------- */
 
@@ -248,8 +318,8 @@ LH_EXPORT lh_status lh_engine_generate(lh_engine *e, const lh_generate_params *p
  * library for the components host/tokenizer/tokenizer.h lists (BPE with byte-level or
  * SentencePiece-style pre-tokenization, added/special tokens, their decoders). Independent of
  * lh_host and lh_engine: opening one loads no plugin and no weights.
- * Ownership: an lh_tokenizer is immutable after loading; encode and decode may run on it from
- * several threads at once (an exception to the one-thread rule above). Every array or string
+ * Ownership: an lh_tokenizer is immutable after loading; every function taking a const
+ * lh_tokenizer * is [concurrent]; lh_tokenizer_free is [exclusive]. Every array or string
  * these functions return through a pointer argument is malloc'ed and the caller's (free()).
  * Errors of the loaders: LH_E_IO (the file cannot be read, path named), LH_E_CONFIG (malformed
  * JSON with line:column, or a wrong type / missing key / inconsistent value, with its JSON
@@ -301,7 +371,8 @@ LH_EXPORT lh_status lh_tokenizer_decode(const lh_tokenizer *t, const int32_t *id
  * first) decode as a group in `tokenizers`, which can turn an earlier, already returned
  * character of the same group into U+FFFD; finish then returns the held ids decoded alone.
  * The stream keeps a reference to t (t must outlive it) and re-decodes the ids it holds at each
- * step (cost grows with the length of the stream). One thread at a time per stream. */
+ * step (cost grows with the length of the stream). Every stream function is [exclusive] per
+ * stream (different streams over one tokenizer may run at once). */
 typedef struct lh_detok_stream lh_detok_stream;
 
 /* Errors: LH_E_NOMEM. */
@@ -325,8 +396,8 @@ LH_EXPORT void lh_detok_stream_free(lh_detok_stream *s);
  * that the Llama 2/3, Mistral, Qwen2 and SmolLM families' templates use; for the templates and
  * conversations of tests/fixtures/chat the output equals transformers' apply_chat_template(...,
  * tokenize=False). host/chat/jinja.h lists the subset.
- * Ownership: an lh_chat_template is immutable after loading; render may run on it from several
- * threads at once. Rendered strings are malloc'ed and the caller's (free()).
+ * Ownership: an lh_chat_template is immutable after loading; every function taking a const
+ * lh_chat_template * is [concurrent]; lh_chat_template_free is [exclusive]. Rendered strings are malloc'ed and the caller's (free()).
  * Errors of the loaders: LH_E_IO (the file cannot be read, path named), LH_E_CONFIG (malformed
  * JSON with line:column, no chat_template, a chat_template list without "default", a wrong
  * type; a template syntax error with the template's line:column), LH_E_UNSUPPORTED (a Jinja

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *const kind_names[LH_KIND_COUNT] = {
     [LH_KIND_MODEL] = "model",
@@ -234,4 +236,49 @@ int lh_arch_index_write(FILE *f, const lh_index_row *rows, size_t n_rows)
             rc = -1;
     free(order);
     return rc;
+}
+
+lh_status lh_arch_index_write_atomic(const char *path, const lh_index_row *rows, size_t n_rows,
+                                     lh_err *err)
+{
+    size_t n = strlen(path) + 32;
+    char *tmp = malloc(n);
+    if (!tmp)
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path) + 1 : 0;
+    snprintf(tmp, n, "%.*s.%s.XXXXXX", dir_len, path, slash ? slash + 1 : path);
+    lh_status st = LH_OK;
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        st = lh_err_set(err, LH_E_IO, "%s: cannot create a temporary file next to it: %s",
+                        path, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    mode_t mask = umask(0);
+    umask(mask);
+    FILE *f = fdopen(fd, "w");
+    const char *what = NULL;
+    if (!f) {
+        close(fd);
+        what = "fdopen";
+    } else if (fchmod(fd, 0644 & ~mask) != 0) {
+        what = "chmod";
+    } else if (lh_arch_index_write(f, rows, n_rows) != 0 || fflush(f) != 0) {
+        what = "write";
+    } else if (fsync(fd) != 0) {
+        what = "fsync";
+    }
+    if (f && fclose(f) != 0 && !what)
+        what = "close";
+    if (!what && rename(tmp, path) != 0)
+        what = "rename";
+    if (what) {
+        st = lh_err_set(err, LH_E_IO, "%s: %s of %s failed: %s; the file is unchanged", path,
+                        what, tmp, strerror(errno));
+        unlink(tmp);
+    }
+    free(tmp);
+    return st;
 }

@@ -55,5 +55,10 @@ const lh_index_row *lh_arch_index_find(const lh_arch_index *idx, lh_kind kind, c
 /* Writes an index in canonical form (header, column comment, rows sorted by kind then name)
  * to f. Returns 0 or -1 on a write error. */
 int lh_arch_index_write(FILE *f, const lh_index_row *rows, size_t n_rows);
+/* Writes the canonical form to `path` atomically: a temporary file in the same directory
+ * (mode 0644 less the umask), flushed and synced, then renamed over `path`. On any error the
+ * temporary file is removed and `path` is untouched. LH_E_IO naming the file and the cause. */
+lh_status lh_arch_index_write_atomic(const char *path, const lh_index_row *rows, size_t n_rows,
+                                     lh_err *err);
 
 #endif

@@ -585,7 +585,8 @@ static lh_status eager_scan(lh_registry *reg, lh_custom_dir *d, lh_err *err)
     closedir(dh);
     if (st == LH_OK) {
         /* byte order, not the locale's collation: precedence must not depend on LANG */
-        qsort(names, n, sizeof *names, cmp_str);
+        if (n > 1) /* names is NULL for an empty dir: qsort's arguments must be valid */
+            qsort(names, n, sizeof *names, cmp_str);
         d->eager = calloc(n ? n : 1, sizeof *d->eager);
         if (!d->eager)
             st = lh_err_set(err, LH_E_NOMEM, "out of memory");

@@ -228,10 +228,26 @@ static lh_status check_params(lh_kctx *kctx, const lh_generate_params *p, lh_err
     return LH_OK;
 }
 
+/* whether lh_engine_cancel asked the call to stop (read at each step boundary) */
+static bool cancel_requested(const atomic_bool *cancel)
+{
+    return cancel && atomic_load_explicit(cancel, memory_order_acquire);
+}
+
 lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
                       const int32_t *const *prompts, const int64_t *lens, int64_t n_seqs,
                       int32_t *out, int64_t *out_lens, lh_stop_reason *stop,
                       lh_generate_stats *stats, lh_err *err)
+{
+    return lh_generate_cancellable(d, kctx, p, prompts, lens, n_seqs, out, out_lens, stop,
+                                   stats, NULL, err);
+}
+
+lh_status lh_generate_cancellable(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
+                                  const int32_t *const *prompts, const int64_t *lens,
+                                  int64_t n_seqs, int32_t *out, int64_t *out_lens,
+                                  lh_stop_reason *stop, lh_generate_stats *stats,
+                                  const atomic_bool *cancel, lh_err *err)
 {
     lh_generate_stats dummy = {0};
     if (!stats)
@@ -326,14 +342,19 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
     }
     lh_attn_step step = make_step(&b, total, n_seqs);
     double t0 = mono_seconds(), t1 = t0;
-    if (st == LH_OK) {
+    /* tokens each running sequence holds when the generation was cancelled (on_step false
+     * or lh_engine_cancel); -1: not cancelled */
+    int64_t cancel_at = -1;
+    if (st == LH_OK && cancel_requested(cancel))
+        cancel_at = 0; /* before the prefill: nothing produced */
+    if (st == LH_OK && cancel_at < 0) {
         st = lh_decoder_forward_dev(d, kctx, &step, b.tokens, b.out_rows, n_seqs, &b.logits,
                                     err);
         if (st == LH_OK)
             st = choose(kctx, &c, &b.logits, seq, 0, b.tokens, err);
         t1 = mono_seconds();
     }
-    if (st == LH_OK) {
+    if (st == LH_OK && cancel_at < 0) {
         stats->prefill_tokens = total;
         stats->prefill_seconds = t1 - t0;
     }
@@ -353,20 +374,23 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
                 stop[s_] = LH_STOP_EOS;                                                         \
         }                                                                                       \
     } while (0)
-    for (int64_t i = 0; i < n_seqs && st == LH_OK; i++)
+    for (int64_t i = 0; i < n_seqs && st == LH_OK && cancel_at < 0; i++)
         ACCEPT(i, 0);
     bool (*on_step)(void *, int64_t, const int64_t *, const int32_t *, int64_t) =
         step_callback(p);
-    bool cancelled = false;
-    int64_t cancel_k = 0; /* the step after which on_step asked to stop */
-    if (st == LH_OK && on_step) {
-        cancelled = !on_step(p->on_step_user, 0, seq, b.tokens, n_seqs);
+    if (st == LH_OK && cancel_at < 0 && on_step) {
+        if (!on_step(p->on_step_user, 0, seq, b.tokens, n_seqs))
+            cancel_at = 1;
         apply_finish(finish, seq, n_seqs, done, stop);
     }
     /* decode: one new token per running sequence per step; the clock runs across the steps
      * (their input assembly included), and what completed is recorded after each one */
     int64_t decoded = 0;
-    for (int64_t k = 1; k < max_new && st == LH_OK && !cancelled; k++) {
+    for (int64_t k = 1; k < max_new && st == LH_OK && cancel_at < 0; k++) {
+        if (cancel_requested(cancel)) { /* the step boundary: k tokens each so far */
+            cancel_at = k;
+            break;
+        }
         int64_t n = 0;
         for (int64_t s = 0; s < n_seqs; s++) {
             if (done[s])
@@ -397,17 +421,15 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
         for (int64_t i = 0; i < n && st == LH_OK; i++)
             ACCEPT(i, k);
         if (st == LH_OK && on_step) {
-            if (!on_step(p->on_step_user, k, seq, b.tokens, n)) {
-                cancelled = true;
-                cancel_k = k;
-            }
+            if (!on_step(p->on_step_user, k, seq, b.tokens, n))
+                cancel_at = k + 1;
             apply_finish(finish, seq, n, done, stop);
         }
     }
 #undef ACCEPT
-    if (st == LH_OK && cancelled && stop)
+    if (st == LH_OK && cancel_at >= 0 && stop)
         for (int64_t s = 0; s < n_seqs; s++)
-            if (!done[s] && cancel_k + 1 < max_new)
+            if (!done[s] && cancel_at < max_new)
                 stop[s] = LH_STOP_CANCELLED;
     for (int64_t s = 0; s < n_seqs; s++)
         lh_decoder_release(d, s);

@@ -5,6 +5,8 @@
 #include "decoder.h"
 #include "llmhost.h"
 
+#include <stdatomic.h>
+
 /* Greedy continuation of n_seqs prompts (lh_generate with do_sample false and no stop ids), all in one packed prefill step and then one packed
  * decode step per new token. out receives max_new ids per sequence, row-major [n_seqs,
  * max_new]. Sequence slots 0..n_seqs-1 are used and released. Errors: LH_E_USAGE (empty
@@ -32,6 +34,17 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
                       const int32_t *const *prompts, const int64_t *lens, int64_t n_seqs,
                       int32_t *out, int64_t *out_lens, lh_stop_reason *stop,
                       lh_generate_stats *stats, lh_err *err);
+
+/* lh_generate that also stops at the next step boundary once *cancel (may be NULL) reads
+ * true: it is read before the prefill and before every decode step, from any thread's store
+ * (lh_engine_cancel); the sequences still running then end with LH_STOP_CANCELLED and keep
+ * the tokens produced so far, and the call returns LH_OK, exactly as when on_step returns
+ * false. The flag is only read, never cleared. */
+lh_status lh_generate_cancellable(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
+                                  const int32_t *const *prompts, const int64_t *lens,
+                                  int64_t n_seqs, int32_t *out, int64_t *out_lens,
+                                  lh_stop_reason *stop, lh_generate_stats *stats,
+                                  const atomic_bool *cancel, lh_err *err);
 
 /* Logits of every position of one sequence, [n, vocab] row-major, in one prefill step
  * (slot 0, released afterwards). */

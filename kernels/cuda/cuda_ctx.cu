@@ -480,9 +480,50 @@ void lh_cuda_call_begin(lh_kctx *ctx)
     }
 }
 
+/* Replaces the staging buffers with ones of `cap` bytes; the old ones are retired. */
+static lh_status stage_grow(lh_kctx *ctx, size_t cap)
+{
+    struct lh_cuda_state *cs = ctx->cuda;
+    unsigned char *pin = NULL, *dev = NULL;
+    cudaError_t e = cudaMallocHost((void **)&pin, cap);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&dev, cap);
+    if (e != cudaSuccess) {
+        if (pin)
+            (void)cudaFreeHost(pin);
+        return lh_cu_fail(ctx, e, "growing the staging buffers", __FILE__, __LINE__);
+    }
+    retire(cs, cs->pin, true);
+    retire(cs, cs->dstage, false);
+    cs->pin = pin;
+    cs->dstage = dev;
+    cs->stage_cap = cap;
+    cs->gen++;
+    return LH_OK;
+}
+
+lh_status lh_cu_stage_reserve(lh_kctx *ctx, size_t need)
+{
+    struct lh_cuda_state *cs = ctx->cuda;
+    if (need <= cs->stage_cap)
+        return LH_OK;
+    size_t cap = cs->stage_cap;
+    while (cap < need)
+        cap *= 2;
+    lh_status st = stage_grow(ctx, cap);
+    if (st == LH_OK)
+        cs->stage_off = 0;
+    return st;
+}
+
 void *lh_cu_stage(lh_kctx *ctx, const void *src, size_t bytes, lh_status *st)
 {
     struct lh_cuda_state *cs = ctx->cuda;
+    if (cs->mode != LH_CU_EAGER) {
+        cs->step_staged = ((cs->step_staged + 255) & ~(size_t)255) + bytes;
+        if (cs->step_staged > cs->stage_need)
+            cs->stage_need = cs->step_staged;
+    }
     size_t off = (cs->stage_off + 255) & ~(size_t)255;
     if (off + bytes > cs->stage_cap) {
         /* Never reuse the buffer in the middle of a call: this call's earlier staged inputs
@@ -490,22 +531,8 @@ void *lh_cu_stage(lh_kctx *ctx, const void *src, size_t bytes, lh_status *st)
         size_t cap = cs->stage_cap * 2;
         while (cap < 2 * bytes)
             cap *= 2;
-        unsigned char *pin = NULL, *dev = NULL;
-        cudaError_t e = cudaMallocHost((void **)&pin, cap);
-        if (e == cudaSuccess)
-            e = cudaMalloc((void **)&dev, cap);
-        if (e != cudaSuccess) {
-            if (pin)
-                (void)cudaFreeHost(pin);
-            *st = lh_cu_fail(ctx, e, "growing the staging buffers", __FILE__, __LINE__);
+        if ((*st = stage_grow(ctx, cap)) != LH_OK)
             return NULL;
-        }
-        retire(cs, cs->pin, true);
-        retire(cs, cs->dstage, false);
-        cs->pin = pin;
-        cs->dstage = dev;
-        cs->stage_cap = cap;
-        cs->gen++;
         off = 0;
     }
     if (bytes)
@@ -642,8 +669,18 @@ static lh_status upload(lh_kctx *ctx, unsigned char *dst, const unsigned char *s
             return lh_cu_fail(ctx, e, "cudaMallocHost (upload staging)", __FILE__, __LINE__);
         }
         cs->up_half = UPLOAD_HALF;
-        for (int i = 0; i < 2; i++)
-            LH_CU_CHECK(ctx, cudaEventCreateWithFlags(&cs->up_done[i], cudaEventDisableTiming));
+        for (int i = 0; i < 2; i++) {
+            cudaError_t e = cudaEventCreateWithFlags(&cs->up_done[i], cudaEventDisableTiming);
+            if (e != cudaSuccess) { /* undo all of it: the next upload sets up afresh */
+                for (int j = 0; j < i; j++)
+                    (void)cudaEventDestroy(cs->up_done[j]);
+                cs->up_done[0] = cs->up_done[1] = NULL;
+                (void)cudaFreeHost(cs->up_pin);
+                cs->up_pin = NULL;
+                return lh_cu_fail(ctx, e, "cudaEventCreateWithFlags (upload)", __FILE__,
+                                  __LINE__);
+            }
+        }
     }
     int half = 0;
     for (size_t done = 0; done < bytes; half ^= 1) {

@@ -28,6 +28,10 @@ struct lh_cuda_state {
     /* staging of host inputs: pin (pinned host) mirrors dstage (device) */
     unsigned char *pin, *dstage;
     size_t stage_cap, stage_off;
+    /* bytes (aligned as lh_cu_stage places them) staged since lh_k_graph_begin, and the most
+     * any graph step has staged: a step that outgrew the buffer is repeated, and the repeat
+     * must find room for all of it from offset 0 (lh_cu_stage_reserve at graph begin) */
+    size_t step_staged, stage_need;
     /* per-call device scratch */
     void *scratch;
     size_t scratch_bytes;
@@ -63,5 +67,9 @@ static inline uint64_t lh_cu_fnv(uint64_t h, const void *p, size_t n)
 
 /* Frees retired buffers (after a capture ends). */
 void lh_cu_free_retired(struct lh_cuda_state *cs);
+
+/* Eager mode, stream idle: makes the staging buffers hold at least `need` bytes (moving them
+ * bumps gen, so graphs recorded before are recaptured). */
+lh_status lh_cu_stage_reserve(lh_kctx *ctx, size_t need);
 
 #endif

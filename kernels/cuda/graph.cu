@@ -48,6 +48,12 @@ lh_status lh_cuda_graph_begin(lh_kctx *ctx, lh_k_graph *g)
     /* the previous replay's copies read the pinned buffer that this step overwrites */
     LH_CU_CHECK(ctx, cudaStreamSynchronize(cs->stream));
     cs->stage_off = 0;
+    /* A step that outgrew the staging buffer (which makes it repeat) starts from offset 0
+     * again: give it room for everything it stages, or the repeat outgrows the buffer too. */
+    lh_status st = lh_cu_stage_reserve(ctx, cs->stage_need);
+    if (st != LH_OK)
+        return st;
+    cs->step_staged = 0;
     cs->hash = LH_CU_FNV_SEED;
     cs->invalid = false;
     if (g->exec && g->gen == cs->gen) {

@@ -609,19 +609,22 @@ static size_t pa_align(size_t n)
     return (n + 255) & ~(size_t)255;
 }
 
-/* Allows `bytes` of dynamic shared memory for kernel fn (above the default 48 KiB). */
+/* Allows `bytes` of dynamic shared memory for kernel fn: beyond the default 48 KiB per block,
+ * which the kernel's static shared memory counts against as well, it must opt in. */
 static lh_status pa_smem_optin(lh_kctx *ctx, const char *fn, const void *kernel, size_t bytes,
                                const char *what)
 {
-    if (bytes <= 48 * 1024)
+    cudaFuncAttributes fa;
+    LH_CU_CHECK(ctx, cudaFuncGetAttributes(&fa, kernel));
+    if (bytes + fa.sharedSizeBytes <= 48 * 1024)
         return LH_OK;
     int maxb = 0;
     LH_CU_CHECK(ctx, cudaDeviceGetAttribute(&maxb, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                             lh_cu_device_index(ctx)));
-    if (bytes > (size_t)maxb)
+    if (bytes + fa.sharedSizeBytes > (size_t)maxb)
         return lh_kerr(ctx, LH_E_UNSUPPORTED,
                        "%s: CUDA: %s needs %zu bytes of shared memory, the device allows %d", fn,
-                       what, bytes, maxb);
+                       what, bytes + fa.sharedSizeBytes, maxb);
     LH_CU_CHECK(ctx, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)bytes));
     return LH_OK;
@@ -749,8 +752,11 @@ extern "C" lh_status lh_cuda_paged_attention(lh_kctx *ctx, const char *fn, const
         int maxb = 0;
         LH_CU_CHECK(ctx, cudaDeviceGetAttribute(&maxb, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                                 lh_cu_device_index(ctx)));
+        /* the opt-in limit covers the kernel's static shared memory (hist) too */
+        cudaFuncAttributes fa;
+        LH_CU_CHECK(ctx, cudaFuncGetAttributes(&fa, (const void *)pa_select_kernel));
         sel_smem = ((size_t)D * sizeof(float) + 15) / 16 * 16;
-        if (sel_smem + (size_t)stride * sizeof(u64) <= (size_t)maxb)
+        if (sel_smem + (size_t)stride * sizeof(u64) + fa.sharedSizeBytes <= (size_t)maxb)
             sel_smem += (size_t)stride * sizeof(u64);
         else
             sz_keys = pa_align((size_t)(T * H) * (size_t)stride * sizeof(u64));

@@ -612,6 +612,7 @@ extern "C" lh_status lh_cuda_sample(lh_kctx *ctx, const lh_sample_job *j, int64_
 
     /* ---- 1. penalty, temperature, checks (greedy: the argmax) */
     smp_prep_args pa;
+    memset(&pa, 0, sizeof pa); /* no stray padding bytes (cuda_rt.h rule 1) */
     pa.x = j->logits;
     pa.w = d_w;
     pa.rs = d_rs;
@@ -630,6 +631,7 @@ extern "C" lh_status lh_cuda_sample(lh_kctx *ctx, const lh_sample_job *j, int64_
         for (int64_t r0 = 0; r0 < M; r0 += chunk_rows) {
             const int64_t rows = M - r0 < chunk_rows ? M - r0 : chunk_rows;
             smp_keys_args ka;
+            memset(&ka, 0, sizeof ka);
             ka.w = d_w + r0 * V;
             ka.keys = k0;
             ka.vals = v0;
@@ -645,6 +647,7 @@ extern "C" lh_status lh_cuda_sample(lh_kctx *ctx, const lh_sample_job *j, int64_
             if (st != LH_OK)
                 return st;
             smp_cut_args ca;
+            memset(&ca, 0, sizeof ca);
             ca.keys = ks;
             ca.vals = vs;
             ca.rs = d_rs + r0;
@@ -660,6 +663,7 @@ extern "C" lh_status lh_cuda_sample(lh_kctx *ctx, const lh_sample_job *j, int64_
     /* ---- 3. min-p, probs, the draw */
     if (!greedy || j->probs) {
         smp_draw_args da;
+        memset(&da, 0, sizeof da);
         da.w = greedy ? nullptr : d_w;
         da.probs = j->probs;
         da.rs = d_rs;

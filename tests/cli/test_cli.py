@@ -2470,18 +2470,17 @@ class TestDevice(CliTestCase):
 
 # ---- runner -------------------------------------------------------------------------------------
 
-def main():
-    missing = [n for n, v in (("LH_LLMHOST_EXE", EXE), ("LH_FIXTURES", FIXTURES),
-                              ("LH_TEST_PLUGINS", TEST_PLUGINS),
-                              ("LH_BUILTIN_PLUGINS", BUILTIN_PLUGINS)) if not v]
+def run_suite(script, module, required):
+    """unittest.main over `module` with one closing LH-TEST-SUMMARY line (a test case with
+    several failing subTests counts once); `required` are (name, value) pairs of environment
+    variables that must be set. Shared with test_plugin_tool.py."""
+    missing = [n for n, v in required if not v]
     if missing:
-        print("test_cli.py: environment lacks " + ", ".join(missing), file=sys.stderr)
+        print("%s: environment lacks %s" % (script, ", ".join(missing)), file=sys.stderr)
         print("LH-TEST-SUMMARY passed=0 failed=1 skipped=0")
         return 1
-    argv = [sys.argv[0]] + sys.argv[1:]
-    prog = unittest.main(module=__name__, argv=argv, exit=False, verbosity=2)
+    prog = unittest.main(module=module, argv=sys.argv, exit=False, verbosity=2)
     r = prog.result
-    # a test case with several failing subTests counts once
     failed_ids = {getattr(t, "test_case", t).id() for t, _ in r.failures + r.errors}
     failed_ids |= {t.id() for t in r.unexpectedSuccesses}
     skipped_ids = {t.id() for t, _ in r.skipped} - failed_ids
@@ -2490,6 +2489,12 @@ def main():
     sys.stdout.flush()
     print("LH-TEST-SUMMARY passed=%d failed=%d skipped=%d" % (passed, failed, skipped))
     return 0 if failed == 0 and r.testsRun > 0 else 1
+
+
+def main():
+    return run_suite("test_cli.py", __name__,
+                     (("LH_LLMHOST_EXE", EXE), ("LH_FIXTURES", FIXTURES),
+                      ("LH_TEST_PLUGINS", TEST_PLUGINS), ("LH_BUILTIN_PLUGINS", BUILTIN_PLUGINS)))
 
 
 if __name__ == "__main__":

@@ -807,11 +807,27 @@ static void test_vision_rules(void)
     rt_close(&t);
 }
 
+/* A custom dir with neither an index nor plugin files is declared with nothing to load (it
+ * once handed qsort a NULL array, which UBSan reports). */
+static void test_external_empty_dir_without_index(void)
+{
+    rt t;
+    if (rt_open(&t)) {
+        char *custom = fx_dir(&t.f, "empty", NULL, NULL);
+        CU_ASSERT_TRUE(reg_add(&t.reg, custom));
+        CU_ASSERT_EQUAL(t.reg.dlopen_calls, 0);
+        expect_provider(&t, SHARED, t.builtin, ALPHA);
+        free(custom);
+    }
+    rt_close(&t);
+}
+
 static CU_TestInfo builtin_tests[] = {
     {"built-in fills empty slot", test_builtin_fills_empty},
     {"external overrides built-in (resolved first)", test_external_overrides_builtin_resolved_first},
     {"external overrides built-in (declared first)", test_external_overrides_builtin_declared_first},
     {"eager external overrides built-in", test_external_eager_overrides_builtin},
+    {"an empty custom dir without an index declares nothing", test_external_empty_dir_without_index},
     CU_TEST_INFO_NULL,
 };
 

@@ -14,11 +14,30 @@
  *   TP_MISSING_DEP     call into a library that is not on the search path
  *   TP_REFUSE_F32      check_runtime refuses float32 runtimes ("no target")
  *   TP_NAME_FROM_FILE  register "Bench_<file stem>" (benchmarks: one source, many files)
+ *   TP_CRASH_INIT      init writes a line to stdout, then to an unmapped address (SIGSEGV)
+ *   TP_HANG_INIT       init never returns
+ *   TP_EXIT_INIT       init ends the process with _exit(3)
+ *   TP_ABORT_CTOR      a constructor calls abort() while the file is dlopened
+ * (the last four are for `llmhost plugin check`, which loads each plugin in a child process)
  */
 #include "lh_plugin.h"
 
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#ifdef TP_CRASH_INIT
+/* not NULL (UBSan would report a null store first, and abort), just unmapped */
+static volatile uintptr_t tp_bad_address = 16;
+#endif
+#ifdef TP_ABORT_CTOR
+__attribute__((constructor)) static void tp_abort_in_constructor(void)
+{
+    abort();
+}
+#endif
 
 #ifndef TP_ABI_MAJOR
 #define TP_ABI_MAJOR LH_PLUGIN_ABI_MAJOR
@@ -71,6 +90,20 @@ static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
 #ifdef TP_MISSING_DEP
     if (tp_absent_dep_answer() != 42)
         return api->init_fail(ctx, "unreachable");
+#endif
+#ifdef TP_CRASH_INIT
+    /* on stdout, which must not end up in `plugin check --json` */
+    static const char noise[] = "tp_crash: noise on stdout before crashing\n";
+    if (write(STDOUT_FILENO, noise, sizeof noise - 1) < 0)
+        return api->init_fail(ctx, "write failed");
+    *(volatile char *)tp_bad_address = 1;
+#endif
+#ifdef TP_HANG_INIT
+    for (;;)
+        pause();
+#endif
+#ifdef TP_EXIT_INIT
+    _exit(3);
 #endif
     lh_status st = LH_OK;
 #ifdef TP_MODELS

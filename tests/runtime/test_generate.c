@@ -10,6 +10,7 @@
 #include "config/generation_config.h"
 #include "llmhost.h"
 #include "runner.h"
+#include "rt_host.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -694,13 +695,8 @@ static void test_genconfig_engine(void)
 
 static int suite_init(void)
 {
-    lh_host_options opts = {.struct_size = sizeof opts,
-                            .plugin_dir = lh_test_env("LH_BUILTIN_PLUGINS")};
-    lh_err err = {0};
-    if (lh_host_create(&opts, &host, &err) != LH_OK) {
-        fprintf(stderr, "%s\n", err.msg);
+    if (!(host = rt_builtin_host()))
         return 1;
-    }
     char path[1300], dir[1200];
     model_path(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/reference.json", dir);

@@ -15,6 +15,7 @@
 #include "core/npy.h"
 #include "llmhost.h"
 #include "runner.h"
+#include "rt_host.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -550,13 +551,8 @@ static void test_kv_cache_settings(void)
 
 static int suite_init(void)
 {
-    lh_host_options opts = {.struct_size = sizeof opts,
-                            .plugin_dir = lh_test_env("LH_BUILTIN_PLUGINS")};
-    lh_err err = {0};
-    if (lh_host_create(&opts, &host, &err) != LH_OK) {
-        fprintf(stderr, "%s\n", err.msg);
+    if (!(host = rt_builtin_host()))
         return 1;
-    }
     return 0;
 }
 

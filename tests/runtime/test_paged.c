@@ -24,6 +24,7 @@
 #include "api/host_internal.h"
 #include "runtime/decoder.h"
 #include "runtime/kv_cache.h"
+#include "rt_host.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -792,13 +793,8 @@ static void test_backend_out_of_blocks(void)
 
 static int suite_init(void)
 {
-    lh_host_options opts = {.struct_size = sizeof opts,
-                            .plugin_dir = lh_test_env("LH_BUILTIN_PLUGINS")};
-    lh_err err = {0};
-    if (lh_host_create(&opts, &host, &err) != LH_OK) {
-        fprintf(stderr, "%s\n", err.msg);
+    if (!(host = rt_builtin_host()))
         return 1;
-    }
     return 0;
 }
 

@@ -19,35 +19,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lh_checker import Checker, under  # noqa: E402
+
 LLAMA_8B_PARAMS = 8030261248
-
-
-class Checker:
-    def __init__(self):
-        self.passed = self.failed = self.skipped = 0
-
-    def check(self, name, ok, detail=""):
-        if ok:
-            self.passed += 1
-            print("ok   %s" % name)
-        else:
-            self.failed += 1
-            print("FAIL %s%s" % (name, ": " + detail if detail else ""))
-        return ok
-
-    def skip(self, name, why):
-        self.skipped += 1
-        print("skip %s: %s" % (name, why))
-
-    def summary(self):
-        print("LH-TEST-SUMMARY passed=%d failed=%d skipped=%d"
-              % (self.passed, self.failed, self.skipped))
-        return 1 if self.failed or not self.passed else 0
-
-
-def under(root, path):
-    """root/path for an absolute or relative install path."""
-    return os.path.join(root, path.lstrip("/"))
 
 
 def is_inside(path, directory):
