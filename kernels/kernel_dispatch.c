@@ -151,6 +151,36 @@ LH_EXPORT lh_status lh_k_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_
                            lh_cpu_silu_mul(ctx, gate, up, out));
 }
 
+LH_EXPORT lh_status lh_k_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
+                                       lh_tensor *out)
+{
+    static const char fn[] = "lh_k_gelu_tanh_mul";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "gate", gate, 1, LH_MAX_DIMS, LH_KD_F32));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "up", up, 1, LH_MAX_DIMS, LH_KD_F32));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "out", out, 1, LH_MAX_DIMS, LH_KD_F32));
+    if (!lh_kd_same_shape(gate, up) || !lh_kd_same_shape(gate, out))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: gate %s, up %s and out %s must have the same shape", fn,
+                       LH_KD_SH(gate), LH_KD_SH(up), LH_KD_SH(out));
+    if (!same_or_disjoint(out, gate) || !same_or_disjoint(out, up))
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "%s: out partially overlaps gate or up (only exact aliasing is allowed)", fn);
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_gelu_tanh_mul(ctx, gate, up, out),
+                           lh_cpu_gelu_tanh_mul(ctx, gate, up, out));
+}
+
+LH_EXPORT lh_status lh_k_scale(lh_kctx *ctx, lh_tensor *x, float s)
+{
+    static const char fn[] = "lh_k_scale";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "x", x, 1, LH_MAX_DIMS, LH_KD_F32));
+    if (!isfinite(s))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: s %g is not finite", fn, (double)s);
+    if (lh_cpu_numel(x) == 0)
+        return LH_OK;
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_scale(ctx, x, s), lh_cpu_scale(ctx, x, s));
+}
+
 LH_EXPORT lh_status lh_k_softmax(lh_kctx *ctx, lh_tensor *x)
 {
     static const char fn[] = "lh_k_softmax";
@@ -225,11 +255,12 @@ LH_EXPORT lh_status lh_k_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
-LH_EXPORT lh_status lh_k_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
-                                   const lh_tensor *v, const int32_t *q_pos, float scale,
-                                   int64_t sliding_window, lh_tensor *out)
+/* The checks both attention entry points share: q [T, H, D], k [S, KVH, D], v [S, KVH, Dv],
+ * out [T, H, Dv] f32, GQA grouping, a finite scale, out disjoint from the inputs. */
+static lh_status check_attention(lh_kctx *ctx, const char *fn, const lh_tensor *q,
+                                 const lh_tensor *k, const lh_tensor *v, float scale,
+                                 const lh_tensor *out)
 {
-    static const char fn[] = "lh_k_attention";
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "q", q, 3, 3, LH_KD_F32));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "k", k, 3, 3, LH_KD_F32));
@@ -252,6 +283,18 @@ LH_EXPORT lh_status lh_k_attention(lh_kctx *ctx, const lh_tensor *q, const lh_te
                        fn, H, LH_KD_SH(q), KVH, LH_KD_SH(k));
     if (!isfinite(scale))
         return lh_kerr(ctx, LH_E_USAGE, "%s: scale %g is not finite", fn, (double)scale);
+    if (lh_kd_overlaps(out, q) || lh_kd_overlaps(out, k) || lh_kd_overlaps(out, v))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps q, k or v", fn);
+    return LH_OK;
+}
+
+LH_EXPORT lh_status lh_k_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
+                                   const lh_tensor *v, const int32_t *q_pos, float scale,
+                                   int64_t sliding_window, lh_tensor *out)
+{
+    static const char fn[] = "lh_k_attention";
+    LH_KD_CHECK(check_attention(ctx, fn, q, k, v, scale, out));
+    const int64_t T = q->shape[0], S = k->shape[0];
     if (T > 0 && !q_pos)
         return lh_kerr(ctx, LH_E_USAGE, "%s: q_pos is NULL (q %s)", fn, LH_KD_SH(q));
     for (int64_t t = 0; t < T; t++)
@@ -260,8 +303,33 @@ LH_EXPORT lh_status lh_k_attention(lh_kctx *ctx, const lh_tensor *q, const lh_te
                            "%s: q_pos[%" PRId64 "] = %" PRId32 " is outside the cache [0, %" PRId64
                            ") (k %s)",
                            fn, t, q_pos[t], S, LH_KD_SH(k));
-    if (lh_kd_overlaps(out, q) || lh_kd_overlaps(out, k) || lh_kd_overlaps(out, v))
-        return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps q, k or v", fn);
     return LH_KD_ON_DEVICE(ctx, lh_cuda_attention(ctx, q, k, v, q_pos, scale, sliding_window, out),
                            lh_cpu_attention(ctx, q, k, v, q_pos, scale, sliding_window, out));
+}
+
+LH_EXPORT lh_status lh_k_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
+                                             const lh_tensor *v, const int32_t *q_pos,
+                                             const int32_t *k_pos, float scale,
+                                             int64_t sliding_window, int64_t n_sinks,
+                                             lh_tensor *out)
+{
+    static const char fn[] = "lh_k_attention_positions";
+    LH_KD_CHECK(check_attention(ctx, fn, q, k, v, scale, out));
+    const int64_t T = q->shape[0], S = k->shape[0];
+    if (n_sinks < 0)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: n_sinks %" PRId64 " is negative", fn, n_sinks);
+    if (T > 0 && !q_pos)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: q_pos is NULL (q %s)", fn, LH_KD_SH(q));
+    if (S > 0 && !k_pos)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: k_pos is NULL (k %s)", fn, LH_KD_SH(k));
+    for (int64_t t = 0; t < T; t++)
+        if (q_pos[t] < 0)
+            return lh_kerr(ctx, LH_E_USAGE, "%s: q_pos[%" PRId64 "] = %" PRId32 " is negative", fn,
+                           t, q_pos[t]);
+    return LH_KD_ON_DEVICE(
+        ctx,
+        lh_cuda_attention_positions(ctx, q, k, v, q_pos, k_pos, scale, sliding_window, n_sinks,
+                                    out),
+        lh_cpu_attention_positions(ctx, q, k, v, q_pos, k_pos, scale, sliding_window, n_sinks,
+                                   out));
 }

@@ -98,6 +98,10 @@ LH_EXPORT lh_status lh_k_add_rmsnorm(lh_kctx *ctx, lh_tensor *residual, const lh
 /* out = silu(gate) * up, all [M, I] f32; out may alias gate or up. */
 LH_EXPORT lh_status lh_k_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
                                   lh_tensor *out);
+/* out = gelu_tanh(gate) * up, all [M, I] f32 (torch.nn.functional.gelu(approximate="tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))); out may alias gate or up exactly. */
+LH_EXPORT lh_status lh_k_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up, lh_tensor *out);
+/* x *= s, in place, any shape, f32 */
+LH_EXPORT lh_status lh_k_scale(lh_kctx *ctx, lh_tensor *x, float s);
 /* In-place row softmax over the last dim of x [M, N] f32 (max-subtracted). */
 LH_EXPORT lh_status lh_k_softmax(lh_kctx *ctx, lh_tensor *x);
 /* out[i] = argmax of row i of x [M, N] f32 (first index on ties). */
@@ -136,6 +140,13 @@ LH_EXPORT lh_status lh_k_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor
 LH_EXPORT lh_status lh_k_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
                                    const lh_tensor *v, const int32_t *q_pos, float scale,
                                    int64_t sliding_window, lh_tensor *out);
+/* Attention of T queries over S cached keys that sit at arbitrary positions (a ring buffer):
+ * q [T, H, D], k, v [S, KVH, D] f32, q_pos[T], k_pos[S] (host arrays; k_pos < 0 marks an empty slot, never visible);
+ * key s is visible to query t when k_pos[s] <= q_pos[t] and (k_pos[s] < n_sinks or sliding_window <= 0 or k_pos[s] > q_pos[t] - sliding_window).
+ * A query that sees no key gets zeros. Scores f32, max-subtracted softmax, as lh_k_attention; keys summed in slot order.
+ * v may have its own head dim Dv (out [T, H, Dv]); H % KVH == 0; q_pos[t] >= 0; n_sinks >= 0;
+ * scale finite; out must not overlap q, k or v. */
+LH_EXPORT lh_status lh_k_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k, const lh_tensor *v, const int32_t *q_pos, const int32_t *k_pos, float scale, int64_t sliding_window, int64_t n_sinks, lh_tensor *out);
 
 /* ---- paged KV cache ------------------------------------------------------------------------
  *

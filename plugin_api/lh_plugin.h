@@ -29,7 +29,7 @@ extern "C" {
 
 #define LH_PLUGIN_MAGIC 0x504d484cu /* "LHMP" little-endian */
 #define LH_PLUGIN_ABI_MAJOR 2
-#define LH_PLUGIN_ABI_MINOR 0
+#define LH_PLUGIN_ABI_MINOR 1
 #define LH_PLUGIN_ENTRY_SYMBOL "lh_plugin_entry"
 
 typedef struct lh_host_api lh_host_api;
@@ -86,11 +86,21 @@ typedef struct lh_attn_backend_provider {
     const lh_attn_ops *ops; /* may be NULL for a backend that is only described */
 } lh_attn_backend_provider;
 
-/* Variants of the standard decoder-only LM (see lh_host_api.build_decoder_lm). */
+/* The gated MLP's activation: out = act(gate_proj(x)) * up_proj(x). */
+typedef enum lh_mlp_activation { LH_MLP_SILU = 0, LH_MLP_GELU_TANH = 1 } lh_mlp_activation;
+
+/* Variants of the standard decoder-only LM (see lh_host_api.build_decoder_lm).
+ * Append-only: the host reads a field only when struct_size covers it; fields beyond a
+ * caller's struct_size read as their defaults (zero: the Llama way). The smallest accepted
+ * struct_size is offsetof(lh_decoder_spec, mlp_act) (ABI 2.0). */
 typedef struct lh_decoder_spec {
     uint32_t struct_size;
     bool qkv_bias; /* q/k/v projections carry a bias (Qwen2); also forced by attention_bias */
     bool qk_norm;  /* per-head RMSNorm on q and k (Qwen3) */
+    /* --- ABI 2.1 --- */
+    lh_mlp_activation mlp_act;  /* LH_MLP_SILU = 0 (default) | LH_MLP_GELU_TANH = 1 */
+    float norm_weight_offset;   /* every RMSNorm computes x / rms(x) * (w + offset): 0 Llama, 1 Gemma */
+    bool scale_embeddings;      /* hidden = embedding * sqrt(hidden_size), the factor rounded to the checkpoint's dtype first (HF) */
 } lh_decoder_spec;
 
 /* ---- the host API table --------------------------------------------------------------- */
@@ -153,7 +163,10 @@ struct lh_host_api {
     /* The whole Llama-family causal LM from cfg's geometry, with Hugging Face names:
      * model.embed_tokens, model.layers.N.{input_layernorm, self_attn, post_attention_layernorm,
      * mlp}, model.norm, lm_head (tied to embed_tokens when tie_word_embeddings), the
-     * attention-layer table and the norm fusion chain. Variants are chosen by `spec`. */
+     * attention-layer table and the norm fusion chain. Variants are chosen by `spec` (see
+     * lh_decoder_spec; NULL means all defaults), recorded with the tree for the forward pass.
+     * Errors: LH_E_USAGE for a spec struct_size below offsetof(lh_decoder_spec, mlp_act), an
+     * mlp_act outside lh_mlp_activation, a non-finite norm_weight_offset. */
     lh_status (*build_decoder_lm)(lh_build *b, const lh_model_config *cfg,
                                   const lh_decoder_spec *spec);
 

@@ -165,6 +165,18 @@ MODELS = [
          covers="Sharded checkpoint: 3 model-0000k-of-00003.safetensors files "
                 "+ model.safetensors.index.json (weight_map); Llama GQA 4/2, "
                 "3 layers, vocab 384, float32."),
+    # Served by the out-of-tree example plugin (examples/gemma_plugin), not by a built-in:
+    # written to <out>/external/, where the suites that run every fixture on the built-in
+    # plugins (tests/runtime, tests/weights) do not look.
+    dict(name="gemma-f32", model_type="gemma", dtype="float32", seed=1015,
+         emb_std=0.1, subdir="external",
+         config=dict(num_key_value_heads=1, head_dim=256, tie_word_embeddings=True,
+                     hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh"),
+         covers="Gemma (GemmaForCausalLM): GELU-tanh gated MLP (gelu_pytorch_tanh), "
+                "RMSNorm x/rms(x)*(1+w) (weights stored as offsets from 1), embeddings "
+                "scaled by sqrt(hidden) = 8, tied lm_head, MQA 4 q heads / 1 kv head with "
+                "head_dim 256 (q_proj 64->1024, o_proj 1024->64), float32. Served by the "
+                "out-of-tree examples/gemma_plugin; in external/gemma-f32."),
 ]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -187,9 +199,11 @@ def build_config(spec):
     return cls
 
 
-def init_weights(model, seed, emb_std):
+def init_weights(model, seed, emb_std, norm_offset=0.0):
     """Random init with a scale at which the network's output depends visibly
-    on every part (logits far from uniform, norms/biases matter)."""
+    on every part (logits far from uniform, norms/biases matter). norm_offset:
+    what the model adds to its RMSNorm weights (Gemma: 1), subtracted here so
+    the effective norm scale is U(0.8, 1.2) for every model."""
     g = torch.Generator().manual_seed(seed)
     hidden = model.config.hidden_size
     with torch.no_grad():
@@ -200,7 +214,7 @@ def init_weights(model, seed, emb_std):
                 w = emb_std * torch.randn(shape, generator=g)
             elif name.endswith("norm.weight"):
                 # RMSNorm weights (input/post_attention/final, qwen3 q/k norm)
-                w = 0.8 + 0.4 * torch.rand(shape, generator=g)
+                w = (0.8 - norm_offset) + 0.4 * torch.rand(shape, generator=g)
             elif name.endswith(".bias"):
                 w = 0.3 * torch.randn(shape, generator=g)
             elif p.dim() == 2:
@@ -222,8 +236,11 @@ def make_model(spec, seed):
         config, dtype=DTYPES[spec["dtype"]], attn_implementation="eager")
     # Tied models use the embedding as lm_head too: N(0,1) there would give
     # logits with std ~8 and greedy loops of 1-3 tokens, so scale it down.
-    emb_std = 0.35 if config.tie_word_embeddings else 1.0
-    init_weights(model, seed, emb_std)
+    # Gemma multiplies the (tied) embedding by sqrt(hidden) = 8 on the way in, so its
+    # embeddings are smaller still (else the residual stream is the input token and greedy
+    # repeats it).
+    emb_std = spec.get("emb_std", 0.35 if config.tie_word_embeddings else 1.0)
+    init_weights(model, seed, emb_std, 1.0 if spec["model_type"] == "gemma" else 0.0)
     model.eval()
     model.generation_config.eos_token_id = None
     model.generation_config.bos_token_id = None
@@ -394,7 +411,7 @@ def generate_one(spec, out_dir, verify):
     else:
         raise RuntimeError(f"{name}: no acceptable seed: {tries}")
 
-    d = os.path.join(out_dir, name)
+    d = os.path.join(out_dir, spec.get("subdir", ""), name)
     if os.path.isdir(d):
         shutil.rmtree(d)
     os.makedirs(d)
@@ -457,9 +474,14 @@ def generate_one(spec, out_dir, verify):
     v = versions()
     notes = [
         f"{spec['covers']}",
-        "Random weights (seed %d): embeddings N(0,1) (N(0,0.35^2) when tied); linear weights "
+        "Random weights (seed %d): embeddings %s; linear weights "
         "N(0, (1.5/sqrt(fan_in))^2), lm_head N(0, (2.5/sqrt(hidden))^2); biases "
-        "N(0, 0.3^2); RMSNorm weights U(0.8, 1.2)." % seed,
+        "N(0, 0.3^2); RMSNorm weights U(0.8, 1.2)%s." % (
+            seed,
+            "N(0,%g^2) (tied; multiplied by sqrt(hidden) on input)" % spec["emb_std"]
+            if "emb_std" in spec else "N(0,1) (N(0,0.35^2) when tied)",
+            " as effective scale (Gemma stores w with scale 1 + w: "
+            "w ~ U(-0.2, 0.2))" if spec["model_type"] == "gemma" else ""),
         "prompts are token ids fed as-is: no BOS is added, no tokenizer exists.",
         "logits_<i>.npy: float32 [len(prompt_i), vocab], one forward pass "
         "(transformers, eager attention, CPU, use_cache=False) over prompt i "
@@ -784,7 +806,7 @@ only inside `rope_parameters` in `config.json`.
 ## What each model covers
 
 All: hidden 64, vocab 256-512, 2-3 layers, intermediate 128-192, RMSNorm eps
-1e-6, SiLU MLP, eager attention, `max_position_embeddings` 256 unless noted.
+1e-6, SiLU MLP (Gemma: GELU-tanh), eager attention, `max_position_embeddings` 256 unless noted.
 
 | model | dtype | covers |
 | --- | --- | --- |

@@ -14,6 +14,8 @@
 #include "tree_internal.h"
 
 #include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 
 static lh_attention_spec attention_spec(const lh_model_config *cfg, const lh_decoder_spec *spec,
@@ -60,12 +62,30 @@ lh_status lh_build_decoder_lm(lh_build *b, const lh_model_config *cfg,
         return lh_tree_fail(b, LH_E_USAGE, "build_decoder_lm: NULL config");
     lh_decoder_spec dspec = {.struct_size = (uint32_t)sizeof dspec};
     if (spec) {
-        if (spec->struct_size < sizeof dspec)
+        /* ABI 2.0 plugins end before mlp_act; later fields read as defaults for them */
+        const size_t min_size = offsetof(lh_decoder_spec, mlp_act);
+        if (spec->struct_size < min_size)
             return lh_tree_fail(b, LH_E_USAGE,
                                 "build_decoder_lm: spec struct_size %u is smaller than %zu",
-                                (unsigned)spec->struct_size, sizeof dspec);
+                                (unsigned)spec->struct_size, min_size);
+#define SPEC_HAS(f) (spec->struct_size >= offsetof(lh_decoder_spec, f) + sizeof spec->f)
         dspec.qkv_bias = spec->qkv_bias;
         dspec.qk_norm = spec->qk_norm;
+        if (SPEC_HAS(mlp_act))
+            dspec.mlp_act = spec->mlp_act;
+        if (SPEC_HAS(norm_weight_offset))
+            dspec.norm_weight_offset = spec->norm_weight_offset;
+        if (SPEC_HAS(scale_embeddings))
+            dspec.scale_embeddings = spec->scale_embeddings;
+#undef SPEC_HAS
+        if (dspec.mlp_act != LH_MLP_SILU && dspec.mlp_act != LH_MLP_GELU_TANH)
+            return lh_tree_fail(b, LH_E_USAGE,
+                                "build_decoder_lm: spec mlp_act %d is not an lh_mlp_activation "
+                                "(LH_MLP_SILU 0, LH_MLP_GELU_TANH 1)", (int)dspec.mlp_act);
+        if (!isfinite(dspec.norm_weight_offset))
+            return lh_tree_fail(b, LH_E_USAGE,
+                                "build_decoder_lm: spec norm_weight_offset %g is not finite",
+                                (double)dspec.norm_weight_offset);
     }
     lh_err e = {0};
     if (lh_model_config_require_decoder(cfg, &e) != LH_OK)
@@ -99,5 +119,14 @@ lh_status lh_build_decoder_lm(lh_build *b, const lh_model_config *cfg,
     lh_module *head = lh_build_add_linear(b, root, "lm_head", hidden, vocab, false);
     if (g->tie_word_embeddings)
         lh_build_tie_weights(b, head, embed);
+    if (b->status == LH_OK) {
+        b->has_decoder_spec = true;
+        b->decoder_spec = dspec;
+    }
     return b->status;
+}
+
+const lh_decoder_spec *lh_model_decoder_spec(const lh_model *m)
+{
+    return m && m->b && m->b->has_decoder_spec ? &m->b->decoder_spec : NULL;
 }

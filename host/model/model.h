@@ -186,5 +186,8 @@ lh_status lh_build_fail(lh_build *b, lh_status code, const char *fmt, ...) LH_PR
 lh_status lh_build_status(lh_build *b);
 lh_status lh_build_decoder_lm(lh_build *b, const lh_model_config *cfg,
                               const lh_decoder_spec *spec);
+/* The variant build_decoder_lm recorded for m's tree, every field filled (defaults where the
+ * plugin's struct_size ended earlier); NULL when the tree was not built by build_decoder_lm. */
+const lh_decoder_spec *lh_model_decoder_spec(const lh_model *m);
 
 #endif

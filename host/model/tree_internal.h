@@ -90,6 +90,10 @@ struct lh_build {
     lh_attn_slot *attn_slots;
     size_t attn_slots_cap, attn_slots_used;
     int64_t bytes_now, bytes_peak;
+    /* build_decoder_lm's variant (complete: fields a plugin's struct_size did not cover hold
+     * their defaults); has_decoder_spec is false for trees built otherwise */
+    bool has_decoder_spec;
+    lh_decoder_spec decoder_spec;
 };
 
 struct lh_model {

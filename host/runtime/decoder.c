@@ -66,17 +66,34 @@ static lh_status bind_layer(lh_decoder_layer *L, const lh_model *m, int64_t i, l
 
 /* What this forward pass implements of the Llama-family knobs; anything else is refused by
  * name rather than silently computed the Llama way. */
-static lh_status check_supported(const lh_model_config *cfg, lh_err *err)
+static lh_status check_supported(const lh_model_config *cfg, const lh_decoder_spec *spec,
+                                 lh_err *err)
 {
     const lh_model_geometry *g = &cfg->geo;
     if (g->has_mla)
         return lh_err_set(err, LH_E_UNSUPPORTED, "%s: multi-head latent attention has no forward "
                           "pass yet (kv_lora_rank is set)", cfg->path);
-    const char *act;
-    if (lh_model_config_get_string(cfg, "hidden_act", &act) == 1 && strcmp(act, "silu") != 0 &&
-        strcmp(act, "swish") != 0)
-        return lh_err_set(err, LH_E_UNSUPPORTED, "%s: hidden_act '%s' is not supported; the "
-                          "gated MLP implements silu", cfg->path, act);
+    /* The MLP activation is the architecture's (the plugin's spec); the config must agree.
+     * transformers' Gemma maps the legacy "gelu" of the official configs to the tanh
+     * approximation (GemmaConfig), and older releases read hidden_activation first: every one
+     * of the two keys that is present must name the spec's activation. */
+    static const char *const act_keys[] = {"hidden_act", "hidden_activation"};
+    for (size_t i = 0; i < sizeof act_keys / sizeof *act_keys; i++) {
+        const char *act;
+        if (lh_model_config_get_string(cfg, act_keys[i], &act) != 1)
+            continue;
+        if (spec->mlp_act == LH_MLP_GELU_TANH) {
+            if (strcmp(act, "gelu_pytorch_tanh") != 0 && strcmp(act, "gelu") != 0)
+                return lh_err_set(err, LH_E_UNSUPPORTED, "%s: %s '%s' does not match the "
+                                  "architecture's MLP activation: its plugin asks for GELU with "
+                                  "the tanh approximation (gelu_pytorch_tanh, or Gemma's legacy "
+                                  "gelu)", cfg->path, act_keys[i], act);
+        } else if (strcmp(act, "silu") != 0 && strcmp(act, "swish") != 0) {
+            return lh_err_set(err, LH_E_UNSUPPORTED, "%s: %s '%s' is not supported; the "
+                              "gated MLP of this architecture implements silu", cfg->path,
+                              act_keys[i], act);
+        }
+    }
     static const char *const prf_keys[] = {"partial_rotary_factor",
                                            "rope_parameters.partial_rotary_factor",
                                            "rope_scaling.partial_rotary_factor"};
@@ -327,9 +344,15 @@ lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_confi
     d->kctx = kctx;
     d->dev = lh_k_ctx_device(kctx);
     const lh_model_geometry *g = &cfg->geo;
-    lh_status st0 = check_supported(cfg, err);
+    const lh_decoder_spec *spec = lh_model_decoder_spec(m);
+    const lh_decoder_spec llama = {.struct_size = sizeof llama};
+    if (!spec) /* a tree built without build_decoder_lm: the Llama variant */
+        spec = &llama;
+    lh_status st0 = check_supported(cfg, spec, err);
     if (st0 != LH_OK)
         return st0;
+    d->mlp_act = spec->mlp_act;
+    d->norm_offset = spec->norm_weight_offset;
     d->hidden = g->hidden_size;
     d->intermediate = g->intermediate_size;
     d->n_layers = g->num_hidden_layers;
@@ -349,6 +372,16 @@ lh_status lh_decoder_init(lh_decoder *d, const lh_model *m, const lh_model_confi
         st = need(m, "lm_head", "weight", &d->lm_head, err);
     if (st != LH_OK)
         return st;
+    d->embed_scale = 1.0f;
+    if (spec->scale_embeddings) {
+        /* transformers: normalizer = torch.tensor(hidden_size**0.5, dtype=hidden_states.dtype) */
+        float f = (float)sqrt((double)d->hidden);
+        if (d->embed.dtype == LH_DTYPE_BF16)
+            f = lh_k_bf16_to_f32(lh_k_f32_to_bf16(f));
+        else if (d->embed.dtype == LH_DTYPE_F16)
+            f = lh_k_f16_to_f32(lh_k_f32_to_f16(f));
+        d->embed_scale = f;
+    }
     d->layers = calloc((size_t)d->n_layers, sizeof *d->layers);
     if (!d->layers)
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
@@ -573,7 +606,7 @@ static lh_status qk_prepare(lh_decoder *d, lh_kctx *kctx, const lh_decoder_layer
     lh_status st;
     if (L->qk_norm) {
         lh_tensor rows = mat(d, x, T * nh, D);
-        st = lh_k_rmsnorm(kctx, &rows, norm_w, d->eps, 0.0f, &rows);
+        st = lh_k_rmsnorm(kctx, &rows, norm_w, d->eps, d->norm_offset, &rows);
         if ((st = kcheck(st, kctx, "q/k norm", layer, err)) != LH_OK)
             return st;
     }
@@ -628,7 +661,7 @@ static lh_status layer_forward(lh_decoder *d, lh_kctx *kctx, const lh_attn_step 
     lh_tensor attn_out = mat(d, d->attn_out, T, H * D), proj = mat(d, d->proj, T, d->hidden);
     st = lh_k_matmul(kctx, &attn_out, &L->wo, L->has_o_bias ? &L->bo : NULL, &proj);
     if (st == LH_OK) /* residual += attention; h = post_attention_layernorm(residual) */
-        st = lh_k_add_rmsnorm(kctx, &resid, &proj, &L->post_norm, d->eps, 0.0f, &h);
+        st = lh_k_add_rmsnorm(kctx, &resid, &proj, &L->post_norm, d->eps, d->norm_offset, &h);
     if ((st = kcheck(st, kctx, "attention output", li, err)) != LH_OK)
         return st;
 
@@ -637,13 +670,14 @@ static lh_status layer_forward(lh_decoder *d, lh_kctx *kctx, const lh_attn_step 
     if (st == LH_OK)
         st = lh_k_matmul(kctx, &h, &L->w_up, NULL, &up);
     if (st == LH_OK)
-        st = lh_k_silu_mul(kctx, &gate, &up, &gate);
+        st = d->mlp_act == LH_MLP_GELU_TANH ? lh_k_gelu_tanh_mul(kctx, &gate, &up, &gate)
+                                            : lh_k_silu_mul(kctx, &gate, &up, &gate);
     if (st == LH_OK)
         st = lh_k_matmul(kctx, &gate, &L->w_down, NULL, &proj);
     /* the norm fusion chain: residual += mlp; h = next layer's input norm (or the final norm) */
     const lh_tensor *next = li + 1 < d->n_layers ? &d->layers[li + 1].input_norm : &d->final_norm;
     if (st == LH_OK)
-        st = lh_k_add_rmsnorm(kctx, &resid, &proj, next, d->eps, 0.0f, &h);
+        st = lh_k_add_rmsnorm(kctx, &resid, &proj, next, d->eps, d->norm_offset, &h);
     return kcheck(st, kctx, "mlp", li, err);
 }
 
@@ -758,8 +792,10 @@ lh_status lh_decoder_forward_dev(lh_decoder *d, lh_kctx *kctx, const lh_attn_ste
     }
     lh_tensor resid = mat(d, d->resid, T, d->hidden), h = mat(d, d->h, T, d->hidden);
     st = lh_k_embedding(kctx, &d->embed, tokens, T, &resid);
+    if (st == LH_OK && d->embed_scale != 1.0f) /* Gemma: embeddings * sqrt(hidden_size) */
+        st = lh_k_scale(kctx, &resid, d->embed_scale);
     if (st == LH_OK)
-        st = lh_k_rmsnorm(kctx, &resid, &d->layers[0].input_norm, d->eps, 0.0f, &h);
+        st = lh_k_rmsnorm(kctx, &resid, &d->layers[0].input_norm, d->eps, d->norm_offset, &h);
     if ((st = kcheck(st, kctx, "embedding", -1, err)) != LH_OK)
         return st;
     if (d->graphs && decode)

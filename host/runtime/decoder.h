@@ -1,7 +1,8 @@
 /* Internal: the forward pass of the standard decoder-only LM (the tree that
  * lh_build_decoder_lm builds), over packed batches of several sequences.
  *
- * Numerics follow Hugging Face's Llama/Mistral/Qwen2/Qwen3 modules: activations in f32,
+ * Numerics follow Hugging Face's Llama/Mistral/Qwen2/Qwen3 (and, by the spec's variants,
+ * Gemma: GeGLU tanh MLP, RMSNorm (1 + w), embeddings * sqrt(hidden)) modules: activations in f32,
  * weights as stored (f32, bf16, f16) with f32 accumulation, RMSNorm computed in f32, RoPE in
  * the rotate_half layout, the residual add fused with the next norm (the norm fusion chain).
  *
@@ -53,6 +54,11 @@ typedef struct lh_decoder_layer {
 typedef struct lh_decoder {
     int64_t hidden, intermediate, n_layers, heads, kv_heads, head_dim, vocab;
     float eps;
+    /* the architecture's variant (lh_decoder_spec): MLP activation, every RMSNorm's weight
+     * offset, the factor the embeddings are multiplied by (1: none) */
+    lh_mlp_activation mlp_act;
+    float norm_offset;
+    float embed_scale;
     lh_tensor embed, final_norm, lm_head;
     lh_decoder_layer *layers;
     lh_rope rope;

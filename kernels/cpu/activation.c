@@ -1,6 +1,8 @@
 /* Element-wise and row-wise activations: SiLU-gated product, softmax, argmax. */
 #include "cpu_kernels.h"
 
+#include <math.h>
+
 #define ELEM_CHUNK 16384 /* elements per task for element-wise kernels */
 
 struct silu_job {
@@ -22,6 +24,54 @@ lh_status lh_cpu_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *
 {
     struct silu_job j = {ctx->ops, gate->data, up->data, out->data, lh_cpu_numel(gate)};
     lh_cpu_parallel(ctx, (j.n + ELEM_CHUNK - 1) / ELEM_CHUNK, silu_task, &j);
+    return LH_OK;
+}
+
+/* GELU, tanh approximation, as torch computes it for float32 on the CPU:
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), then times up. Scalar (tanhf): the
+ * Gemma-family MLP is not on a hot path worth a vector tanh yet. */
+#define GELU_K_BETA 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_K_KAPPA 0.044715f
+
+static void gelu_task(int64_t t, int tid, void *user)
+{
+    (void)tid;
+    const struct silu_job *j = user;
+    int64_t s = t * ELEM_CHUNK, e = j->n - s < ELEM_CHUNK ? j->n : s + ELEM_CHUNK;
+    for (int64_t i = s; i < e; i++) {
+        const float x = j->g[i], u = j->u[i];
+        const float inner = GELU_K_BETA * (x + GELU_K_KAPPA * x * x * x);
+        j->out[i] = 0.5f * x * (1.0f + tanhf(inner)) * u;
+    }
+}
+
+lh_status lh_cpu_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
+                               lh_tensor *out)
+{
+    struct silu_job j = {ctx->ops, gate->data, up->data, out->data, lh_cpu_numel(gate)};
+    lh_cpu_parallel(ctx, (j.n + ELEM_CHUNK - 1) / ELEM_CHUNK, gelu_task, &j);
+    return LH_OK;
+}
+
+struct scale_job {
+    const lh_cpu_ops *ops;
+    float *x;
+    float s;
+    int64_t n;
+};
+
+static void scale_task(int64_t t, int tid, void *user)
+{
+    (void)tid;
+    const struct scale_job *j = user;
+    int64_t s = t * ELEM_CHUNK, e = j->n - s < ELEM_CHUNK ? j->n : s + ELEM_CHUNK;
+    j->ops->scale(j->x + s, j->s, e - s);
+}
+
+lh_status lh_cpu_scale(lh_kctx *ctx, lh_tensor *x, float s)
+{
+    struct scale_job j = {ctx->ops, x->data, s, lh_cpu_numel(x)};
+    lh_cpu_parallel(ctx, (j.n + ELEM_CHUNK - 1) / ELEM_CHUNK, scale_task, &j);
     return LH_OK;
 }
 

@@ -61,3 +61,72 @@ lh_status lh_cpu_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
     lh_cpu_parallel(ctx, T * H, attn_task, &j);
     return LH_OK;
 }
+
+/* lh_k_attention_positions: keys at arbitrary positions (a ring buffer). Per (token, head):
+ * the scores of the visible slots, in slot order, packed into the thread's scratch; the same
+ * visibility test walks the slots again to add the weighted values, so no index list is kept.
+ * A query that sees no key gets zeros. */
+struct attn_pos_job {
+    const lh_cpu_ops *ops;
+    const float *q, *k, *v;
+    float *out;
+    const int32_t *q_pos, *k_pos;
+    float scale;
+    int64_t window, sinks;
+    int64_t S, H, KVH, D, Dv, group;
+    float *scratch;
+    size_t stride;
+};
+
+static bool pos_visible(const struct attn_pos_job *j, int64_t kp, int64_t qp)
+{
+    if (kp < 0 || kp > qp)
+        return false;
+    return kp < j->sinks || j->window <= 0 || kp > qp - j->window;
+}
+
+static void attn_pos_task(int64_t idx, int tid, void *user)
+{
+    const struct attn_pos_job *j = user;
+    const int64_t t = idx / j->H, h = idx % j->H, kvh = h / j->group;
+    const int64_t qp = j->q_pos[t];
+    float *sc = j->scratch + (size_t)tid * j->stride;
+    const float *qv = j->q + (t * j->H + h) * j->D;
+    const int64_t kstride = j->KVH * j->D, vstride = j->KVH * j->Dv;
+    const float *kb = j->k + kvh * j->D, *vb = j->v + kvh * j->Dv;
+    int64_t n = 0;
+    for (int64_t s = 0; s < j->S; s++)
+        if (pos_visible(j, j->k_pos[s], qp))
+            sc[n++] = j->ops->dot(qv, kb + s * kstride, j->D) * j->scale;
+    float *o = j->out + (t * j->H + h) * j->Dv;
+    memset(o, 0, (size_t)j->Dv * sizeof(float));
+    if (n == 0)
+        return;
+    float m = j->ops->max(sc, n);
+    float sum = j->ops->exp_sub_sum(sc, m, n);
+    j->ops->scale(sc, 1.0f / sum, n);
+    int64_t i = 0;
+    for (int64_t s = 0; s < j->S; s++)
+        if (pos_visible(j, j->k_pos[s], qp))
+            j->ops->axpy(o, sc[i++], vb + s * vstride, j->Dv);
+}
+
+lh_status lh_cpu_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
+                                     const lh_tensor *v, const int32_t *q_pos,
+                                     const int32_t *k_pos, float scale, int64_t sliding_window,
+                                     int64_t n_sinks, lh_tensor *out)
+{
+    const int64_t T = q->shape[0], H = q->shape[1], S = k->shape[0];
+    if (T == 0 || H == 0 || v->shape[2] == 0)
+        return LH_OK;
+    float *scratch = lh_cpu_scratch(ctx, (size_t)(S > 0 ? S : 1));
+    if (!scratch)
+        return lh_kerr(ctx, LH_E_NOMEM,
+                       "lh_k_attention_positions: out of memory (%lld scores per thread)",
+                       (long long)S);
+    struct attn_pos_job j = {ctx->ops, q->data, k->data, v->data, out->data, q_pos, k_pos, scale,
+                             sliding_window, n_sinks, S, H, k->shape[1], q->shape[2],
+                             v->shape[2], H / k->shape[1], scratch, lh_cpu_scratch_stride(ctx)};
+    lh_cpu_parallel(ctx, T * H, attn_pos_task, &j);
+    return LH_OK;
+}

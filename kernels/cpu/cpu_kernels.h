@@ -248,6 +248,9 @@ lh_status lh_cpu_embedding(lh_kctx *ctx, const lh_tensor *table, const int32_t *
 lh_status lh_cpu_rmsnorm(lh_kctx *ctx, lh_tensor *residual, const lh_tensor *x, const lh_tensor *w,
                          float eps, float offset, lh_tensor *out);
 lh_status lh_cpu_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up, lh_tensor *out);
+lh_status lh_cpu_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
+                               lh_tensor *out);
+lh_status lh_cpu_scale(lh_kctx *ctx, lh_tensor *x, float s);
 lh_status lh_cpu_softmax(lh_kctx *ctx, lh_tensor *x);
 lh_status lh_cpu_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out);
 lh_status lh_cpu_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst);
@@ -256,6 +259,10 @@ lh_status lh_cpu_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x,
 lh_status lh_cpu_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k, const lh_tensor *v,
                            const int32_t *q_pos, float scale, int64_t sliding_window,
                            lh_tensor *out);
+lh_status lh_cpu_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
+                                     const lh_tensor *v, const int32_t *q_pos,
+                                     const int32_t *k_pos, float scale, int64_t sliding_window,
+                                     int64_t n_sinks, lh_tensor *out);
 
 /* inv_freq for "dynamic" scaling at seq_len (> max_position_embeddings), as HF's forward-time
  * update computes it (rope.c). */

@@ -30,38 +30,45 @@
 #define AT_DV_PER (AT_MAX_D / AT_THREADS)
 #define AT_MAX_BLOCKS (1u << 20)
 
+/* One kernel serves both entry points: the contiguous cache (ring 0: slot p holds position p;
+ * the slots visited are the window's), or a ring (slot s holds position k_pos[s]) whose every
+ * slot is visited, the invisible ones weighing exactly 0 (empty slots may hold
+ * anything, NaN included: their values are never read). */
 struct attn_args {
     const float *q, *k, *v;
     float *out;
     const int32_t *q_pos; /* staged [T] */
-    int64_t T, H, KVH, D, Dv, group;
+    const int32_t *k_pos; /* ring: staged [S] */
+    int64_t T, H, KVH, D, Dv, group, S;
     int64_t window; /* > 0: sliding window */
+    int64_t sinks;  /* k_pos only: positions below it are always visible */
     float scale;
-    int pad_;
+    int ring;
 };
+
+static __device__ bool pos_visible(const attn_args &a, int64_t kp, int64_t qp)
+{
+    if (kp < 0 || kp > qp)
+        return false;
+    return kp < a.sinks || a.window <= 0 || kp > qp - a.window;
+}
 
 static __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const attn_args a)
 {
     __shared__ float sq[AT_MAX_D];
-    __shared__ float sc[AT_CHUNK]; /* the chunk's scores */
-    __shared__ float pw[AT_CHUNK]; /* the chunk's weights e^(s - m) */
+    __shared__ float sc[AT_CHUNK];
+    __shared__ float pw[AT_CHUNK];
     __shared__ float s_corr, s_l;
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t D = a.D, Dv = a.Dv;
     const int64_t kstride = a.KVH * D, vstride = a.KVH * Dv;
-
     for (int64_t bid = blockIdx.x; bid < a.T * a.H; bid += gridDim.x) {
         const int64_t t = bid / a.H, h = bid % a.H, kvh = h / a.group;
-        const int64_t pos = a.q_pos[t];
-        int64_t lo = 0;
-        if (a.window > 0 && pos - a.window + 1 > 0)
-            lo = pos - a.window + 1; /* keep p > pos - window */
-
-        const float *qv = a.q + bid * D; /* bid == t * H + h */
+        const int64_t qp = a.q_pos[t];
+        const float *qv = a.q + bid * D;
         for (int64_t d = tid; d < D; d += AT_THREADS)
             sq[d] = qv[d];
         __syncthreads();
-
         const float *kb = a.k + kvh * D;
         const float *vb = a.v + kvh * Dv;
         float acc[AT_DV_PER];
@@ -69,39 +76,46 @@ static __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const attn
         for (int i = 0; i < AT_DV_PER; i++)
             acc[i] = 0.0f;
         float m_run = -INFINITY, l_run = 0.0f; /* meaningful in warp 0 */
-
-        for (int64_t c0 = lo; c0 <= pos; c0 += AT_CHUNK) {
-            const int nk = pos - c0 + 1 < AT_CHUNK ? (int)(pos - c0 + 1) : AT_CHUNK;
-            /* warp w scores keys w, w + AT_WARPS, ...: all of them at once, so that each lane
-             * has AT_KPW independent loads in flight */
+        /* the slots to visit: the window's [lo, qp] (contiguous), or all of them */
+        int64_t c_lo = 0, c_end = a.S;
+        if (!a.ring) {
+            c_lo = a.window > 0 && qp - a.window + 1 > 0 ? qp - a.window + 1 : 0;
+            c_end = qp + 1;
+        }
+        for (int64_t c0 = c_lo; c0 < c_end; c0 += AT_CHUNK) {
+            const int nk = c_end - c0 < AT_CHUNK ? (int)(c_end - c0) : AT_CHUNK;
             const float *kc = kb + c0 * kstride;
+            bool vis[AT_KPW];
             float s[AT_KPW];
 #pragma unroll
-            for (int jj = 0; jj < AT_KPW; jj++)
+            for (int jj = 0; jj < AT_KPW; jj++) {
+                const int j = warp + jj * AT_WARPS;
+                /* uniform per warp */
+                vis[jj] = j < nk && (!a.ring || pos_visible(a, a.k_pos[c0 + j], qp));
                 s[jj] = 0.0f;
+            }
             for (int64_t d = lane; d < D; d += 32) {
                 const float qd = sq[d];
 #pragma unroll
                 for (int jj = 0; jj < AT_KPW; jj++) {
                     const int j = warp + jj * AT_WARPS;
-                    if (j < nk)
+                    if (vis[jj])
                         s[jj] = fmaf(qd, kc[j * kstride + d], s[jj]);
                 }
             }
 #pragma unroll
             for (int jj = 0; jj < AT_KPW; jj++) {
                 const int j = warp + jj * AT_WARPS;
-                if (j < nk) { /* uniform over the warp */
-                    const float dot = lh_cu_warp_sum(s[jj]);
+                if (j < nk) {
+                    const float dot = vis[jj] ? lh_cu_warp_sum(s[jj]) : 0.0f;
                     if (lane == 0)
-                        sc[j] = dot * a.scale;
+                        sc[j] = vis[jj] ? dot * a.scale : -INFINITY;
                 }
             }
             __syncthreads();
             if (warp == 0) {
                 const float sj = lane < nk ? sc[lane] : -INFINITY;
                 const float m_new = lh_cu_max_gt(m_run, lh_cu_warp_max(sj));
-                /* -inf scores weigh 0 even while the running max is still -inf */
                 const float p = sj != -INFINITY ? expf(sj - m_new) : 0.0f;
                 const float corr = m_run != -INFINITY ? expf(m_run - m_new) : 0.0f;
                 l_run = l_run * corr + lh_cu_warp_sum(p);
@@ -118,64 +132,104 @@ static __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const attn
                 if (d < Dv) {
                     const float *vc = vb + c0 * vstride + d;
                     float o = acc[i] * corr;
-#pragma unroll 8
                     for (int j = 0; j < nk; j++)
-                        o = fmaf(pw[j], vc[j * vstride], o);
+                        if (!a.ring || pw[j] != 0.0f) /* never read an invisible slot */
+                            o = fmaf(pw[j], vc[j * vstride], o);
                     acc[i] = o;
                 }
             }
+            __syncthreads(); /* sc and pw are rewritten by the next chunk */
         }
-
         if (tid == 0)
             s_l = l_run;
         __syncthreads();
-        const float inv = 1.0f / s_l;
+        const float inv = s_l > 0.0f ? 1.0f / s_l : 0.0f;
         float *o = a.out + bid * Dv;
 #pragma unroll
         for (int i = 0; i < AT_DV_PER; i++) {
             const int64_t d = tid + (int64_t)i * AT_THREADS;
             if (d < Dv)
-                o[d] = acc[i] * inv;
+                o[d] = s_l > 0.0f ? acc[i] * inv : 0.0f;
         }
-        /* sq, sc, pw and s_l are rewritten by the next (token, head) only after barriers that
-         * every thread reaches once done with them here. */
+        __syncthreads(); /* sq and s_l are rewritten by the next (token, head) */
     }
 }
 
-lh_status lh_cuda_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
-                            const lh_tensor *v, const int32_t *q_pos, float scale,
-                            int64_t sliding_window, lh_tensor *out)
+/* Both entry points: ring false is the contiguous cache (k_pos unused). */
+static lh_status attend(lh_kctx *ctx, const char *fn, bool ring, const lh_tensor *q,
+                        const lh_tensor *k, const lh_tensor *v, const int32_t *q_pos,
+                        const int32_t *k_pos, float scale, int64_t sliding_window,
+                        int64_t n_sinks, lh_tensor *out)
 {
     const int64_t T = q->shape[0], H = q->shape[1], D = q->shape[2];
-    const int64_t KVH = k->shape[1], Dv = v->shape[2];
-    if (T == 0 || H == 0)
+    const int64_t S = k->shape[0], KVH = k->shape[1], Dv = v->shape[2];
+    if (T == 0 || H == 0 || Dv == 0)
         return LH_OK;
     if (D > AT_MAX_D || Dv > AT_MAX_D)
         return lh_kerr(ctx, LH_E_UNSUPPORTED,
-                       "lh_k_attention: CUDA: head_dim %lld (q, k) / %lld (v): the CUDA kernel "
-                       "supports head dims up to %d",
-                       (long long)D, (long long)Dv, AT_MAX_D);
+                       "%s: CUDA: head_dim %lld (q, k) / %lld (v): the CUDA kernel supports head "
+                       "dims up to %d",
+                       fn, (long long)D, (long long)Dv, AT_MAX_D);
     lh_status st = LH_OK;
-    const int32_t *dpos =
+    const int32_t *dq =
         (const int32_t *)lh_cu_stage(ctx, q_pos, (size_t)T * sizeof(int32_t), &st);
-    if (!dpos)
+    if (!dq)
         return st;
+    const int32_t *dk = NULL;
+    if (ring && S > 0) {
+        dk = (const int32_t *)lh_cu_stage(ctx, k_pos, (size_t)S * sizeof(int32_t), &st);
+        if (!dk)
+            return st;
+    }
     attn_args a;
     memset(&a, 0, sizeof a); /* hashed for graph replay: no stray padding bytes */
     a.q = (const float *)q->data;
     a.k = (const float *)k->data;
     a.v = (const float *)v->data;
     a.out = (float *)out->data;
-    a.q_pos = dpos;
+    a.q_pos = dq;
+    a.k_pos = dk;
     a.T = T;
     a.H = H;
     a.KVH = KVH;
     a.D = D;
     a.Dv = Dv;
     a.group = H / KVH;
+    a.S = S;
     a.window = sliding_window;
+    a.sinks = n_sinks;
     a.scale = scale;
+    a.ring = ring;
+    if (ring && S == 0) { /* no slots: every query sees nothing and gets zeros, as on the CPU */
+        struct {
+            void *p;
+            size_t n;
+        } rec = {out->data, (size_t)(T * H * Dv) * sizeof(float)};
+        if (lh_cu_record(ctx, "memzero", &rec, sizeof rec))
+            LH_CU_CHECK(ctx, cudaMemsetAsync(rec.p, 0, rec.n, lh_cu_stream(ctx)));
+        return LH_OK;
+    }
     const int64_t n = T * H;
     const unsigned blocks = n < (int64_t)AT_MAX_BLOCKS ? (unsigned)n : AT_MAX_BLOCKS;
     return LH_CU_LAUNCH(ctx, attention_kernel, dim3(blocks), dim3(AT_THREADS), 0, a);
+}
+
+lh_status lh_cuda_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
+                            const lh_tensor *v, const int32_t *q_pos, float scale,
+                            int64_t sliding_window, lh_tensor *out)
+{
+    return attend(ctx, "lh_k_attention", false, q, k, v, q_pos, NULL, scale, sliding_window, 0,
+                  out);
+}
+
+/* The twin of lh_cpu_attention_positions: every slot is visited, a key whose position the
+ * query may not see (k_pos < 0, in the future, outside the window and not a sink) weighs
+ * exactly 0, and a query that sees no key writes zeros. */
+lh_status lh_cuda_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
+                                      const lh_tensor *v, const int32_t *q_pos,
+                                      const int32_t *k_pos, float scale, int64_t sliding_window,
+                                      int64_t n_sinks, lh_tensor *out)
+{
+    return attend(ctx, "lh_k_attention_positions", true, q, k, v, q_pos, k_pos, scale,
+                  sliding_window, n_sinks, out);
 }

@@ -72,6 +72,9 @@ lh_status lh_cuda_rmsnorm(lh_kctx *ctx, lh_tensor *residual, const lh_tensor *x,
                           const lh_tensor *w, float eps, float offset, lh_tensor *out);
 lh_status lh_cuda_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
                            lh_tensor *out);
+lh_status lh_cuda_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
+                                lh_tensor *out);
+lh_status lh_cuda_scale(lh_kctx *ctx, lh_tensor *x, float s);
 lh_status lh_cuda_softmax(lh_kctx *ctx, lh_tensor *x);
 /* out: host memory, one id per row (waits for the result) */
 lh_status lh_cuda_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out);
@@ -81,6 +84,10 @@ lh_status lh_cuda_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x,
 lh_status lh_cuda_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
                             const lh_tensor *v, const int32_t *q_pos, float scale,
                             int64_t sliding_window, lh_tensor *out);
+lh_status lh_cuda_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
+                                      const lh_tensor *v, const int32_t *q_pos,
+                                      const int32_t *k_pos, float scale, int64_t sliding_window,
+                                      int64_t n_sinks, lh_tensor *out);
 /* dst rows i = src rows rows[i] (f32 [*, D] both; rows host memory, checked by the caller) */
 lh_status lh_cuda_gather_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *rows,
                               int64_t n, lh_tensor *dst);

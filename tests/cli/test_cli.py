@@ -237,12 +237,12 @@ class TestCommands(CliTestCase):
     def test_version_shows_abi(self):
         rc, out, err = cli("version")
         self.assertEqual(rc, 0, err)
-        self.assertRegex(out, r"^llmhost \S+ \(plugin ABI 2\.0\)$")
+        self.assertRegex(out, r"^llmhost \S+ \(plugin ABI 2\.1\)$")
 
     def test_version_flag(self):
         rc, out, err = cli("--version")
         self.assertEqual(rc, 0, err)
-        self.assertIn("plugin ABI 2.0", out)
+        self.assertIn("plugin ABI 2.1", out)
 
     def test_unknown_command_exits_2(self):
         rc, out, err = cli("frobnicate")
@@ -334,7 +334,7 @@ class TestCommands(CliTestCase):
         self.assertEqual(realpath(so), realpath(os.path.join(BUILTIN_PLUGINS, "libmodel_llama.so")))
         self.assertEqual(j["origin"], "builtin")
         self.assertEqual(j["loaded_plugins"], [so])
-        self.assertEqual(j["plugin"]["abi"], "2.0")
+        self.assertEqual(j["plugin"]["abi"], "2.1")
 
     def test_resolve_model_dir_and_config_path_agree(self):
         a = self.ok_json("resolve", cfg("llama-3.1-8b"), "--json")
@@ -586,14 +586,14 @@ class TestErrorClasses(CliTestCase):
         self.assert_error(cli("resolve", self.arch_model("AbiForCausalLM"),
                               "--custom-module-dir", d),
                           8, "abi-mismatch", os.path.join(d, "libmodel_tp_abi_major.so"),
-                          "1.0", "2.0")
+                          "1.0", "2.1")
 
     def test_abi_minor_too_new(self):
         d = self.plugin_dir("c", ["tp_abi_minor"],
                             [("model", "AbiForCausalLM", "libmodel_tp_abi_minor.so")])
         self.assert_error(cli("resolve", self.arch_model("AbiForCausalLM"),
                               "--custom-module-dir", d),
-                          8, "abi-mismatch", "2.99", "2.0")
+                          8, "abi-mismatch", "2.99", "2.1")
 
     def test_insecure_group_writable_plugin(self):
         d = self.plugin_dir("c", ["tp_alpha"], [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so")],

@@ -105,7 +105,7 @@ class PluginToolTest(unittest.TestCase):
     def test_good_plugin_json(self):
         j, p = self.one_plugin(tp("tp_alpha"), 0, "ok")
         self.assertEqual(j["path"], os.path.realpath(tp("tp_alpha")))
-        self.assertEqual(j["host_abi"], "2.0")
+        self.assertEqual(j["host_abi"], "2.1")
         self.assertEqual(j["problems"], [])
         self.assertNotIn("index", j)
         self.assertEqual(p["file"], "libmodel_tp_alpha.so")
@@ -113,7 +113,7 @@ class PluginToolTest(unittest.TestCase):
         self.assertEqual(p["version"], "0.0.1")
         self.assertEqual(p["outcome"], "ok")
         self.assertIsNone(p["error"])
-        self.assertEqual(p["abi"], {"plugin": "2.0", "major": 2, "minor": 0, "host": "2.0",
+        self.assertEqual(p["abi"], {"plugin": "2.1", "major": 2, "minor": 1, "host": "2.1",
                                     "compatible": True})
         self.assertEqual(p["security"], {"ok": True, "waived": False, "message": None})
         self.assertEqual(p["registers"], [{"kind": "model", "name": "AlphaForCausalLM"},
@@ -124,7 +124,7 @@ class PluginToolTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertIn("libmodel_tp_alpha.so: ok\n", out)
         self.assertIn("  plugin    model_tp_alpha 0.0.1\n", out)
-        self.assertIn("  ABI       2.0 (host 2.0: compatible)\n", out)
+        self.assertIn("  ABI       2.1 (host 2.1: compatible)\n", out)
         self.assertIn("  security  ok\n", out)
         self.assertIn("  registers model AlphaForCausalLM\n            model SharedForCausalLM\n",
                       out)
@@ -220,12 +220,12 @@ class PluginToolTest(unittest.TestCase):
 
     def test_abi_mismatch_shows_both(self):
         _, p = self.one_plugin(tp("tp_abi_major"), 8, "abi-mismatch")
-        self.assertEqual(p["abi"], {"plugin": "1.0", "major": 1, "minor": 0, "host": "2.0",
+        self.assertEqual(p["abi"], {"plugin": "1.0", "major": 1, "minor": 0, "host": "2.1",
                                     "compatible": False})
         self.assertIn("ABI 1.0", p["error"])
-        self.assertIn("ABI 2.0", p["error"])
+        self.assertIn("ABI 2.1", p["error"])
         rc, out, _ = cli("plugin", "check", tp("tp_abi_major"))
-        self.assertIn("  ABI       1.0 (host 2.0: INCOMPATIBLE)\n", out)
+        self.assertIn("  ABI       1.0 (host 2.1: INCOMPATIBLE)\n", out)
         _, p = self.one_plugin(tp("tp_abi_minor"), 8, "abi-mismatch")
         self.assertEqual(p["abi"]["plugin"], "2.99")
         self.assertFalse(p["abi"]["compatible"])

@@ -478,6 +478,8 @@ static void test_cuda_tensor_on_cpu_ctx(void)
     REFUSED(lh_k_matmul(ctx, &tx, &gw, NULL, &ty));
     REFUSED(lh_k_matmul(ctx, &tx, &tw, NULL, &gy));
     REFUSED(lh_k_silu_mul(ctx, &tx, &gx, &ty));
+    REFUSED(lh_k_gelu_tanh_mul(ctx, &tx, &gx, &ty));
+    REFUSED(lh_k_scale(ctx, &gy, 2.0f));
     REFUSED(lh_k_softmax(ctx, &gy));
     int32_t ids[4];
     REFUSED(lh_k_argmax(ctx, &gx, ids));
@@ -920,6 +922,85 @@ static void test_gpu_silu_mul(void)
     env_close(&e);
 }
 
+/* gelu_tanh(gate) * up: the same formula without FMA on both sides; only tanhf may differ by
+ * an ulp or so (scaled by 0.5 |x| |u| where 1 + tanh cancels). Aliasing as for silu_mul. */
+static void test_gpu_gelu_tanh_mul(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(606);
+    static const int64_t Is[2] = {1000, 4097};
+    const int64_t M = 3;
+    for (int si = 0; si < 2; si++) {
+        const int64_t I = Is[si], n = M * I;
+        float *gate = xcalloc((size_t)n, sizeof(float)), *up = xcalloc((size_t)n, sizeof(float));
+        float *gc = xcalloc((size_t)n, sizeof(float)), *uc = xcalloc((size_t)n, sizeof(float));
+        float *oc = xcalloc((size_t)n, sizeof(float)), *og = xcalloc((size_t)n, sizeof(float));
+        double *extra = xcalloc((size_t)n, sizeof(double));
+        fill_uniform(gate, n, 8.0f);
+        fill_uniform(up, n, 3.0f);
+        for (int64_t i = 0; i < n; i++)
+            extra[i] = 2.5e-7 * fabs((double)gate[i] * up[i]);
+        void *dg = dnew(&e, (size_t)n * 4), *du = dnew(&e, (size_t)n * 4), *dout = dnew(&e, (size_t)n * 4);
+        for (int cs = 0; cs < 3; cs++) {
+            memcpy(gc, gate, (size_t)n * sizeof(float));
+            memcpy(uc, up, (size_t)n * sizeof(float));
+            if (!dset(&e, LH_DTYPE_F32, dg, gate, n) || !dset(&e, LH_DTYPE_F32, du, up, n))
+                continue;
+            lh_tensor hg = kt_t2(LH_DTYPE_F32, gc, M, I), hu = kt_t2(LH_DTYPE_F32, uc, M, I);
+            lh_tensor gg = on_gpu(kt_t2(LH_DTYPE_F32, dg, M, I)), gu = on_gpu(kt_t2(LH_DTYPE_F32, du, M, I));
+            lh_tensor ho = cs == 1 ? hg : cs == 2 ? hu : kt_t2(LH_DTYPE_F32, oc, M, I);
+            lh_tensor go = cs == 1 ? gg : cs == 2 ? gu : on_gpu(kt_t2(LH_DTYPE_F32, dout, M, I));
+            char what[96];
+            snprintf(what, sizeof what, "gelu_tanh_mul I %lld%s", (long long)I,
+                     cs == 1 ? " out == gate" : cs == 2 ? " out == up" : "");
+            if (OK(e.c, lh_k_gelu_tanh_mul(e.c, &hg, &hu, &ho)) &&
+                OK(e.g, lh_k_gelu_tanh_mul(e.g, &gg, &gu, &go)) &&
+                dget(&e, LH_DTYPE_F32, og, go.data, n))
+                CMP(what, og, (const float *)ho.data, n, 1e-12, 1e-6, extra);
+        }
+        env_drop(&e);
+        free(gate);
+        free(up);
+        free(gc);
+        free(uc);
+        free(oc);
+        free(og);
+        free(extra);
+    }
+    env_close(&e);
+}
+
+/* x *= s: one f32 product per element, bit-identical on both sides. */
+static void test_gpu_scale(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(707);
+    static const int64_t ns[3] = {1, 1000, 70001};
+    for (int si = 0; si < 3; si++) {
+        const int64_t n = ns[si];
+        float *x = xcalloc((size_t)n, sizeof(float)), *og = xcalloc((size_t)n, sizeof(float));
+        fill_uniform(x, n, 30.0f);
+        void *dx = dput(&e, LH_DTYPE_F32, x, n);
+        lh_tensor hx = kt_t1(LH_DTYPE_F32, x, n), gx = on_gpu(kt_t1(LH_DTYPE_F32, dx, n));
+        const float s = 4.90625f;
+        char what[64];
+        snprintf(what, sizeof what, "scale n %lld", (long long)n);
+        if (OK(e.c, lh_k_scale(e.c, &hx, s)) && OK(e.g, lh_k_scale(e.g, &gx, s)) &&
+            dget(&e, LH_DTYPE_F32, og, dx, n))
+            CMP(what, og, x, n, 0.0, 0.0, NULL);
+        env_drop(&e);
+        free(x);
+        free(og);
+    }
+    env_close(&e);
+}
+
 /* 1e-5 relative; 1e-4 for the 151936-wide rows (f32 sums of 150k terms in another order). Some
  * rows hold -inf entries (masked), which must come out as exact zeros. */
 static void test_gpu_softmax(void)
@@ -1197,6 +1278,90 @@ static void test_gpu_attention(void)
         free(oc);
         free(og);
         free(qp);
+    }
+    env_close(&e);
+}
+
+/* lh_k_attention_positions: a ring of S slots holding the latest positions (slot order
+ * shuffled, some slots empty with NaN values that must not leak), sliding windows and sinks,
+ * and a query that sees nothing (zeros). Against the CPU: 1e-5 absolute (|v| <= 1). */
+static void test_gpu_attention_positions(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(1212);
+    static const struct {
+        int64_t T, S, H, KVH, D, Dv, window, sinks, next; /* positions 0..next-1 written */
+    } cases[5] = {
+        {1, 64, 8, 2, 64, 64, 64, 0, 500},   /* decode over a full ring */
+        {5, 40, 4, 1, 128, 128, 16, 4, 77},  /* window + sinks, prefill */
+        {3, 50, 6, 3, 80, 48, 0, 0, 20},     /* partly empty ring, Dv differs */
+        {2, 33, 4, 4, 256, 256, 8, 0, 1000}, /* Gemma head_dim 256 */
+        {1, 16, 2, 1, 32, 32, 1, 0, 3},      /* window 1 at a position nobody holds: zeros */
+    };
+    for (int ci = 0; ci < 5; ci++) {
+        const int64_t T = cases[ci].T, S = cases[ci].S, H = cases[ci].H, KVH = cases[ci].KVH;
+        const int64_t D = cases[ci].D, Dv = cases[ci].Dv, nq = T * H * D, nk = S * KVH * D;
+        const int64_t nv = S * KVH * Dv, no = T * H * Dv, sinks = cases[ci].sinks;
+        float *q = xcalloc((size_t)nq, sizeof(float)), *k = xcalloc((size_t)nk, sizeof(float));
+        float *v = xcalloc((size_t)nv, sizeof(float));
+        float *oc = xcalloc((size_t)no, sizeof(float)), *og = xcalloc((size_t)no, sizeof(float));
+        int32_t *qp = xcalloc((size_t)T, sizeof(int32_t)), *kp = xcalloc((size_t)S, sizeof(int32_t));
+        fill_uniform(q, nq, 1.0f);
+        fill_uniform(k, nk, 1.0f);
+        fill_uniform(v, nv, 1.0f);
+        for (int64_t s = 0; s < S; s++)
+            kp[s] = -1;
+        const int64_t ns = sinks < S ? sinks : 0;
+        for (int64_t p = 0; p < cases[ci].next; p++)
+            kp[p < ns ? p : ns + (p - ns) % (S - ns)] = (int32_t)p;
+        for (int64_t s = S - 1; s > 0; s--) {
+            const int64_t r = (int64_t)(kt_u64() % (uint64_t)(s + 1));
+            const int32_t tmp = kp[s];
+            kp[s] = kp[r];
+            kp[r] = tmp;
+        }
+        for (int64_t s = 0; s < S; s++)
+            if (kp[s] < 0)
+                for (int64_t j = 0; j < KVH * Dv; j++)
+                    v[s * KVH * Dv + j] = NAN;
+        for (int64_t t = 0; t < T; t++)
+            qp[t] = (int32_t)(cases[ci].next - T + t);
+        if (ci == 4)
+            qp[0] = 7; /* no slot holds 7 (only 0, 1, 2 were written) */
+        void *dq = dput(&e, LH_DTYPE_F32, q, nq), *dk = dput(&e, LH_DTYPE_F32, k, nk);
+        void *dv = dput(&e, LH_DTYPE_F32, v, nv), *dout = dnew(&e, (size_t)no * sizeof(float));
+        lh_tensor hq = kt_t3(LH_DTYPE_F32, q, T, H, D), hk = kt_t3(LH_DTYPE_F32, k, S, KVH, D);
+        lh_tensor hv = kt_t3(LH_DTYPE_F32, v, S, KVH, Dv), ho = kt_t3(LH_DTYPE_F32, oc, T, H, Dv);
+        lh_tensor gq = on_gpu(kt_t3(LH_DTYPE_F32, dq, T, H, D));
+        lh_tensor gk = on_gpu(kt_t3(LH_DTYPE_F32, dk, S, KVH, D));
+        lh_tensor gv = on_gpu(kt_t3(LH_DTYPE_F32, dv, S, KVH, Dv));
+        lh_tensor go = on_gpu(kt_t3(LH_DTYPE_F32, dout, T, H, Dv));
+        const float scale = 1.0f / sqrtf((float)D);
+        const int64_t w = cases[ci].window;
+        char what[160];
+        snprintf(what, sizeof what,
+                 "attention_positions T %lld S %lld H %lld KVH %lld D %lld Dv %lld window %lld "
+                 "sinks %lld", (long long)T, (long long)S, (long long)H, (long long)KVH,
+                 (long long)D, (long long)Dv, (long long)w, (long long)sinks);
+        if (OK(e.c, lh_k_attention_positions(e.c, &hq, &hk, &hv, qp, kp, scale, w, sinks, &ho)) &&
+            OK(e.g, lh_k_attention_positions(e.g, &gq, &gk, &gv, qp, kp, scale, w, sinks, &go)) &&
+            dget(&e, LH_DTYPE_F32, og, dout, no)) {
+            CMP(what, og, oc, no, 1e-5, 0.0, NULL);
+            if (ci == 4)
+                for (int64_t i = 0; i < no; i++)
+                    CU_ASSERT_EQUAL(og[i], 0.0f);
+        }
+        env_drop(&e);
+        free(q);
+        free(k);
+        free(v);
+        free(oc);
+        free(og);
+        free(qp);
+        free(kp);
     }
     env_close(&e);
 }
@@ -2044,6 +2209,9 @@ static CU_TestInfo gpu_tests[] = {
     {"convert, all six directions", test_gpu_convert},
     {"rope_apply: default, partial, linear, dynamic, llama3, yarn", test_gpu_rope},
     {"attention: contiguous, GQA, sliding window", test_gpu_attention},
+    {"attention_positions: ring, window, sinks, empty slots", test_gpu_attention_positions},
+    {"gelu_tanh_mul, aliasing", test_gpu_gelu_tanh_mul},
+    {"scale", test_gpu_scale},
     {"paged kv write + attention batch, NHD", test_gpu_paged_nhd},
     {"paged kv write + attention batch, HND", test_gpu_paged_hnd},
     {"paged: calls beyond the bounds are refused", test_gpu_bounds_refused},

@@ -6,6 +6,8 @@
  *   embedding, convert      exact (conversions are exact or round-to-nearest-even, as Part 1)
  *   rmsnorm, add_rmsnorm    |out - ref| <= 1e-5 * |ref| + 1e-6 * |w + offset|; residual exact
  *   silu_mul                |out - ref| <= 1e-6 * |ref| + 1e-30
+ *   gelu_tanh_mul           |out - ref| <= 1e-6 * |ref| + 1.5e-7 * |gate * up|
+ *   scale                   exact (one f32 product)
  *   softmax                 |out - ref| <= 4e-6 * ref + 1e-9; masked (-inf) entries exactly 0
  *   argmax                  exact, first index on ties */
 #include "ktest.h"
@@ -275,6 +277,152 @@ static void silu_vs_reference(lh_k_isa isa)
     lh_k_ctx_free(ctx);
 }
 KT_ISA_TESTS(silu_vs_reference)
+
+/* ---- gelu_tanh_mul, scale -------------------------------------------------------------------- */
+
+static double gelu_tanh_ref(double x)
+{
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+/* |out - ref| <= 1e-6 |ref| + 1.5e-7 |gate * up|: tanhf's absolute error near -1 (where
+ * 1 + tanh cancels) scaled by 0.5 |x| |u|, as torch's float32 has it too. */
+static void gelu_vs_reference(lh_k_isa isa)
+{
+    lh_kctx *ctx = kt_ctx(2, isa), *c1 = kt_ctx(1, isa);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c1);
+    kt_seed(404);
+    const int64_t sizes[] = {1, 7, 33, 257, 1000, 40000};
+    for (int si = 0; si < 6; si++) {
+        const int64_t n = sizes[si];
+        float *g = malloc((size_t)n * sizeof(float)), *u = malloc((size_t)n * sizeof(float));
+        float *out = malloc((size_t)n * sizeof(float)), *o1 = malloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) {
+            g[i] = kt_uniform() * (i % 5 == 0 ? 100.0f : 6.0f);
+            u[i] = kt_uniform() * 3.0f;
+        }
+        lh_tensor gt = kt_t2(LH_DTYPE_F32, g, 1, n), ut = kt_t2(LH_DTYPE_F32, u, 1, n);
+        lh_tensor ot = kt_t2(LH_DTYPE_F32, out, 1, n), o1t = kt_t2(LH_DTYPE_F32, o1, 1, n);
+        CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &gt, &ut, &ot), LH_OK);
+        CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(c1, &gt, &ut, &o1t), LH_OK);
+        CU_ASSERT_EQUAL(memcmp(out, o1, (size_t)n * sizeof(float)), 0); /* threads 1 vs 2 */
+        kt_cmp c = {0};
+        for (int64_t i = 0; i < n; i++) {
+            double ref = gelu_tanh_ref(g[i]) * (double)u[i];
+            kt_check(&c, (long)i, out[i], ref,
+                     1e-6 * fabs(ref) + 1.5e-7 * fabs((double)g[i] * u[i]) + 1e-30);
+        }
+        KT_REPORT(c, "gelu_tanh_mul");
+        /* in place over gate and over up: the same bits */
+        float *g2 = malloc((size_t)n * sizeof(float));
+        memcpy(g2, g, (size_t)n * sizeof(float));
+        lh_tensor g2t = kt_t2(LH_DTYPE_F32, g2, 1, n);
+        CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &g2t, &ut, &g2t), LH_OK);
+        CU_ASSERT_EQUAL(memcmp(g2, out, (size_t)n * sizeof(float)), 0);
+        memcpy(g2, u, (size_t)n * sizeof(float));
+        CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &gt, &g2t, &g2t), LH_OK);
+        CU_ASSERT_EQUAL(memcmp(g2, out, (size_t)n * sizeof(float)), 0);
+        free(g2);
+        free(g);
+        free(u);
+        free(out);
+        free(o1);
+    }
+    /* gelu(0) = 0, NaN stays NaN, large negative -> 0, large positive -> x; rank 3 */
+    float g[6] = {0.0f, NAN, -200.0f, 200.0f, 1.0f, -1.0f}, u[6] = {1, 1, 1, 1, 2, 2}, out[6];
+    lh_tensor gt = kt_t3(LH_DTYPE_F32, g, 1, 2, 3), ut = kt_t3(LH_DTYPE_F32, u, 1, 2, 3);
+    lh_tensor ot = kt_t3(LH_DTYPE_F32, out, 1, 2, 3);
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &gt, &ut, &ot), LH_OK);
+    CU_ASSERT_EQUAL(out[0], 0.0f);
+    CU_ASSERT_TRUE(isnan(out[1]));
+    CU_ASSERT_TRUE(fabsf(out[2]) <= 1e-30f);
+    CU_ASSERT_EQUAL(out[3], 200.0f);
+    /* torch: gelu(1, approximate="tanh") = 0.8411920071, gelu(-1) = -0.1588079929 */
+    CU_ASSERT_DOUBLE_EQUAL(out[4], 2 * 0.8411920071, 2e-6);
+    CU_ASSERT_DOUBLE_EQUAL(out[5], 2 * -0.1588079929, 2e-6);
+    lh_k_ctx_free(ctx);
+    lh_k_ctx_free(c1);
+}
+KT_ISA_TESTS(gelu_vs_reference)
+
+static void scale_exact(lh_k_isa isa)
+{
+    lh_kctx *ctx = kt_ctx(2, isa);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    kt_seed(505);
+    const int64_t sizes[] = {1, 7, 33, 257, 40000};
+    const float factors[] = {4.898979485566356f, -0.5f, 0.0f, 1e-3f};
+    for (int si = 0; si < 5; si++)
+        for (int fi = 0; fi < 4; fi++) {
+            const int64_t n = sizes[si];
+            float *x = malloc((size_t)n * sizeof(float)), *x0 = malloc((size_t)n * sizeof(float));
+            for (int64_t i = 0; i < n; i++)
+                x0[i] = x[i] = kt_uniform() * 50.0f;
+            lh_tensor xt = n % 3 ? kt_t1(LH_DTYPE_F32, x, n) : kt_t3(LH_DTYPE_F32, x, n / 3, 1, 3);
+            CU_ASSERT_EQUAL(lh_k_scale(ctx, &xt, factors[fi]), LH_OK);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n; i++)
+                bad += x[i] != x0[i] * factors[fi]; /* one f32 product: exact */
+            CU_ASSERT_EQUAL(bad, 0);
+            free(x);
+            free(x0);
+        }
+    /* empty tensor: nothing to do */
+    float one = 3.0f;
+    lh_tensor e = kt_t2(LH_DTYPE_F32, &one, 0, 4);
+    CU_ASSERT_EQUAL(lh_k_scale(ctx, &e, 2.0f), LH_OK);
+    CU_ASSERT_EQUAL(one, 3.0f);
+    lh_k_ctx_free(ctx);
+}
+KT_ISA_TESTS(scale_exact)
+
+static void test_gelu_scale_errors(void)
+{
+    lh_kctx *ctx = lh_k_ctx_create(1, kt_cpu());
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    float g[8] = {0}, u[8] = {0}, o[8];
+    lh_tensor gt = kt_t2(LH_DTYPE_F32, g, 2, 4), ut = kt_t2(LH_DTYPE_F32, u, 2, 4);
+    lh_tensor ot = kt_t2(LH_DTYPE_F32, o, 2, 4), u3 = kt_t2(LH_DTYPE_F32, u, 2, 3);
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &gt, &ut, &ot), LH_OK);
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(NULL, &gt, &ut, &ot), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "lh_k_gelu_tanh_mul: ctx is NULL"));
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &gt, &u3, &ot), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(ctx), "lh_k_gelu_tanh_mul: gate [2, 4], up [2, 3]"));
+    lh_tensor o3 = kt_t2(LH_DTYPE_F32, o, 4, 2);
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &gt, &ut, &o3), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, NULL, &ut, &ot), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &gt, NULL, &ot), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &gt, &ut, NULL), LH_E_USAGE);
+    lh_tensor gb = gt;
+    gb.dtype = LH_DTYPE_BF16;
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &gb, &ut, &ot), LH_E_UNSUPPORTED);
+    lh_tensor oc = ot;
+    oc.device = kt_cuda();
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &gt, &ut, &oc), LH_E_USAGE);
+    lh_tensor gs = gt;
+    gs.stride[0] = 5;
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &gs, &ut, &ot), LH_E_USAGE);
+    lh_tensor oshift = kt_t2(LH_DTYPE_F32, g + 1, 1, 4), gshort = kt_t2(LH_DTYPE_F32, g, 1, 4);
+    lh_tensor ushort = kt_t2(LH_DTYPE_F32, u, 1, 4);
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &gshort, &ushort, &oshift), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(ctx), "only exact aliasing"));
+    lh_tensor ushift = kt_t2(LH_DTYPE_F32, g + 1, 1, 4), oover = kt_t2(LH_DTYPE_F32, g, 1, 4);
+    CU_ASSERT_EQUAL(lh_k_gelu_tanh_mul(ctx, &ushort, &ushift, &oover), LH_E_USAGE);
+    /* scale */
+    CU_ASSERT_EQUAL(lh_k_scale(ctx, &gt, 2.0f), LH_OK);
+    CU_ASSERT_EQUAL(lh_k_scale(NULL, &gt, 2.0f), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_k_scale(ctx, NULL, 2.0f), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_k_scale(ctx, &gt, NAN), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(ctx), "lh_k_scale: s nan is not finite"));
+    CU_ASSERT_EQUAL(lh_k_scale(ctx, &gt, INFINITY), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_k_scale(ctx, &gb, 2.0f), LH_E_UNSUPPORTED);
+    lh_tensor gc = gt;
+    gc.device = kt_cuda();
+    CU_ASSERT_EQUAL(lh_k_scale(ctx, &gc, 2.0f), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_k_scale(ctx, &gs, 2.0f), LH_E_USAGE);
+    lh_k_ctx_free(ctx);
+}
 
 /* ---- softmax -------------------------------------------------------------------------------- */
 
@@ -600,6 +748,13 @@ static CU_TestInfo ops_tests[] = {
     {"silu_mul vs reference [scalar]", silu_vs_reference_scalar},
     {"silu_mul vs reference [avx2]", silu_vs_reference_avx2},
     {"silu_mul vs reference [avx512]", silu_vs_reference_avx512},
+    {"gelu_tanh_mul vs reference, aliasing, threads [scalar]", gelu_vs_reference_scalar},
+    {"gelu_tanh_mul vs reference, aliasing, threads [avx2]", gelu_vs_reference_avx2},
+    {"gelu_tanh_mul vs reference, aliasing, threads [avx512]", gelu_vs_reference_avx512},
+    {"scale exact [scalar]", scale_exact_scalar},
+    {"scale exact [avx2]", scale_exact_avx2},
+    {"scale exact [avx512]", scale_exact_avx512},
+    {"gelu_tanh_mul / scale errors", test_gelu_scale_errors},
     {"softmax vs reference, masked -inf [scalar]", softmax_vs_reference_scalar},
     {"softmax vs reference, masked -inf [avx2]", softmax_vs_reference_avx2},
     {"softmax vs reference, masked -inf [avx512]", softmax_vs_reference_avx512},

@@ -158,14 +158,14 @@ static void test_bad_magic(void)
 static void test_abi_major(void)
 {
     load_case c = {"AbiForCausalLM", "libmodel_tp_abi_major.so", LH_E_ABI, 1,
-                   {"1.0", "2.0", NULL}};
+                   {"1.0", "2.1", NULL}};
     check_load_case(&c);
 }
 
 static void test_abi_minor(void)
 {
     load_case c = {"AbiMinorForCausalLM", "libmodel_tp_abi_minor.so", LH_E_ABI, 1,
-                   {"2.99", "2.0", NULL}};
+                   {"2.99", "2.1", NULL}};
     check_load_case(&c);
 }
 

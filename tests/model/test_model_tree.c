@@ -7,6 +7,8 @@
 #include "model/model.h"
 
 #include <dlfcn.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1278,7 +1280,106 @@ static void test_plugin_qwen(void)
     CU_ASSERT_EQUAL(p.parameters, INT64_C(8190735360));
 }
 
+/* ---- lh_decoder_spec: ABI 2.1 fields, older struct sizes, recorded for the runtime ---- */
+
+static lh_status construct_gemma(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
+{
+    const lh_decoder_spec spec = {.struct_size = sizeof spec, .mlp_act = LH_MLP_GELU_TANH,
+                                  .norm_weight_offset = 1.0f, .scale_embeddings = true};
+    return api->build_decoder_lm(b, cfg, &spec);
+}
+
+/* An ABI 2.0 plugin: struct_size ends before mlp_act; the bytes after it are garbage. */
+static lh_status construct_abi20(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
+{
+    lh_decoder_spec spec;
+    memset(&spec, 0x5a, sizeof spec);
+    spec.struct_size = (uint32_t)offsetof(lh_decoder_spec, mlp_act);
+    spec.qkv_bias = false;
+    spec.qk_norm = true;
+    return api->build_decoder_lm(b, cfg, &spec);
+}
+
+static lh_status construct_bad_act(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
+{
+    const lh_decoder_spec spec = {.struct_size = sizeof spec, .mlp_act = (lh_mlp_activation)7};
+    return api->build_decoder_lm(b, cfg, &spec);
+}
+
+static lh_status construct_nan_offset(const lh_host_api *api, lh_build *b,
+                                      const lh_model_config *cfg)
+{
+    const lh_decoder_spec spec = {.struct_size = sizeof spec, .norm_weight_offset = NAN};
+    return api->build_decoder_lm(b, cfg, &spec);
+}
+
+static lh_status construct_tiny_spec(const lh_host_api *api, lh_build *b,
+                                     const lh_model_config *cfg)
+{
+    lh_decoder_spec spec = {.struct_size = 4};
+    return api->build_decoder_lm(b, cfg, &spec);
+}
+
+static void test_decoder_spec_variants(void)
+{
+    lh_model *m = build_decoder("qwen3-8b", QWEN3_8B, construct_gemma, NULL, NULL);
+    const lh_decoder_spec *s = lh_model_decoder_spec(m);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT_EQUAL(s->mlp_act, LH_MLP_GELU_TANH);
+    CU_ASSERT_EQUAL(s->norm_weight_offset, 1.0f);
+    CU_ASSERT_TRUE(s->scale_embeddings);
+    CU_ASSERT_FALSE(s->qk_norm);
+    /* the tree is the standard one */
+    CU_ASSERT(shape_is(m, "model.layers.5.mlp.gate_proj", "weight", 2, 12288, 4096));
+    lh_model_free(m);
+
+    m = build_decoder("qwen3-8b", QWEN3_8B, construct_abi20, NULL, NULL);
+    s = lh_model_decoder_spec(m);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT_EQUAL(s->struct_size, sizeof(lh_decoder_spec));
+    CU_ASSERT_TRUE(s->qk_norm);
+    CU_ASSERT_FALSE(s->qkv_bias);
+    CU_ASSERT_EQUAL(s->mlp_act, LH_MLP_SILU);
+    CU_ASSERT_EQUAL(s->norm_weight_offset, 0.0f);
+    CU_ASSERT_FALSE(s->scale_embeddings);
+    CU_ASSERT(shape_is(m, "model.layers.5.self_attn.q_norm", "weight", 1, 128, 0));
+    lh_model_free(m);
+
+    m = build_decoder("qwen3-8b", QWEN3_8B, construct_plain, NULL, NULL);
+    s = lh_model_decoder_spec(m);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT_EQUAL(s->mlp_act, LH_MLP_SILU);
+    CU_ASSERT_EQUAL(s->norm_weight_offset, 0.0f);
+    CU_ASSERT_FALSE(s->scale_embeddings);
+    lh_model_free(m);
+    CU_ASSERT_PTR_NULL(lh_model_decoder_spec(NULL));
+
+    static const struct {
+        lh_model_construct_fn fn;
+        const char *needle;
+    } bad[] = {
+        {construct_bad_act, "mlp_act 7"},
+        {construct_nan_offset, "norm_weight_offset"},
+        {construct_tiny_spec, "struct_size 4"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        lh_model_config *cfg = load_cfg("qwen3-8b", QWEN3_8B);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+        lh_err err = {0};
+        lh_status st;
+        lh_model *bm = build_with(bad[i].fn, cfg, NULL, &st, &err);
+        lh_model_config_free(cfg);
+        CU_ASSERT_EQUAL(st, LH_E_USAGE);
+        CU_ASSERT_PTR_NULL(bm);
+        if (!strstr(err.msg, bad[i].needle))
+            fprintf(stderr, "\n  expected '%s' in: %s\n", bad[i].needle, err.msg);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, bad[i].needle));
+        lh_model_free(bm);
+    }
+}
+
 static CU_TestInfo arch_tests[] = {
+    {"decoder spec: gemma variant, ABI 2.0 size, errors", test_decoder_spec_variants},
     {"llama 3.1 8b: counts, shapes, table, chain", test_llama31_8b},
     {"mistral 7b v0.1", test_mistral_7b},
     {"qwen2.5 7b: q/k/v bias", test_qwen25_7b},

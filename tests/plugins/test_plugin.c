@@ -18,6 +18,8 @@
  *   TP_HANG_INIT       init never returns
  *   TP_EXIT_INIT       init ends the process with _exit(3)
  *   TP_ABORT_CTOR      a constructor calls abort() while the file is dlopened
+ *   TP_GEMMA_SPEC      build_decoder_lm with the Gemma variant (GeGLU tanh, RMSNorm 1 + w,
+ *                      embeddings * sqrt(hidden)) and no marker container
  * (the last four are for `llmhost plugin check`, which loads each plugin in a child process)
  */
 #include "lh_plugin.h"
@@ -53,6 +55,18 @@ extern int lh_test_symbol_that_no_library_defines(void);
 extern int tp_absent_dep_answer(void);
 #endif
 
+#ifdef TP_GEMMA_SPEC
+__attribute__((unused)) static lh_status construct(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
+{
+    const lh_decoder_spec spec = {
+        .struct_size = sizeof spec,
+        .mlp_act = LH_MLP_GELU_TANH,
+        .norm_weight_offset = 1.0f,
+        .scale_embeddings = true,
+    };
+    return api->build_decoder_lm(b, cfg, &spec);
+}
+#else
 __attribute__((unused)) static lh_status construct(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
 {
     lh_decoder_spec spec = {.struct_size = sizeof spec};
@@ -63,6 +77,7 @@ __attribute__((unused)) static lh_status construct(const lh_host_api *api, lh_bu
     api->add_container(b, api->module_root(b), "built_by_" TP_NAME);
     return api->build_status(b);
 }
+#endif
 
 #ifdef TP_REFUSE_F32
 static lh_status check_runtime(const lh_host_api *api, const lh_model_config *cfg,

@@ -33,7 +33,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lh_checker import Checker, under  # noqa: E402
+from lh_checker import Checker, clean_env, install_dirs, stage_install, under  # noqa: E402
 
 MODEL = "llama-mha-f32"
 PROMPT_IDS = [5, 7, 9, 11]
@@ -91,35 +91,19 @@ def main():
     src = os.path.realpath(args.source_root)
     fixtures = os.path.join(src, "tests", "fixtures")
 
-    p = subprocess.run([args.meson, "introspect", "--buildoptions", args.builddir],
-                       capture_output=True, text=True, timeout=120)
-    if not c.check("meson introspect --buildoptions", p.returncode == 0, p.stderr.strip()):
+    dirs = install_dirs(c, args.meson, args.builddir)
+    if not dirs:
         return c.summary()
-    opts = {o["name"]: o["value"] for o in json.loads(p.stdout)}
-    prefix, libdir, bindir = opts["prefix"], opts["libdir"], opts["bindir"]
-    includedir = opts["includedir"]
-    if not os.path.isabs(libdir):
-        libdir = os.path.join(prefix, libdir)
-    if not os.path.isabs(bindir):
-        bindir = os.path.join(prefix, bindir)
-    if not os.path.isabs(includedir):
-        includedir = os.path.join(prefix, includedir)
-    relocatable = opts.get("pkgconfig.relocatable") is True
+    prefix, libdir, bindir = dirs["prefix"], dirs["libdir"], dirs["bindir"]
+    includedir, relocatable = dirs["includedir"], dirs["relocatable"]
 
     dest = tempfile.mkdtemp(prefix="lh-embed-")
     os.chmod(dest, 0o755)
     try:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("LLMHOST_") and k not in ("LD_LIBRARY_PATH", "PKG_CONFIG_PATH",
-                                                            "PKG_CONFIG_LIBDIR",
-                                                            "PKG_CONFIG_SYSROOT_DIR")}
-        ienv = dict(env, DESTDIR=os.path.join(dest, "root"))
-        p = subprocess.run([args.meson, "install", "-C", args.builddir, "--no-rebuild",
-                            "--quiet"], capture_output=True, text=True, env=ienv, timeout=240)
-        if not c.check("meson install --destdir", p.returncode == 0,
-                       "exit %d\n%s%s" % (p.returncode, p.stdout, p.stderr)):
+        env = clean_env()
+        root = stage_install(c, args.meson, args.builddir, dest)
+        if not root:
             return c.summary()
-        root = os.path.join(dest, "root")
         lib = under(root, libdir)
         inc = os.path.join(under(root, includedir), "llmhost")
         plugins = os.path.join(lib, "llmhost", "plugins")
@@ -210,7 +194,7 @@ def main():
                 major is not None and (pmaj, pmin) == (major, minor),
                 "pkg-config says %s.%s" % (pmaj, pmin))
         rc, out, errs = pkgconf("--modversion", "llmhost")
-        c.check("llmhost.pc: version %s" % opts.get("version", out), rc == 0 and out != "", errs)
+        c.check("llmhost.pc: version %s" % out, rc == 0 and out != "", errs)
         renv = dict(env, LLMHOST_LOG="warn", LLMHOST_DEVICE="cpu")
         p = subprocess.run([exe, "--version"], capture_output=True, text=True, env=renv,
                            timeout=60)
@@ -240,7 +224,7 @@ def main():
         setup = [args.meson, "setup", exdir, os.path.join(src, "examples", "embed"),
                  "-Dwerror=true"]
         # a sanitized libllmhost needs a sanitized application (the runtime comes first)
-        sanitize = opts.get("b_sanitize", "none")
+        sanitize = dirs["b_sanitize"]
         if sanitize not in (None, "none", ""):
             setup.append("-Db_sanitize=" + (",".join(sanitize) if isinstance(sanitize, list)
                                             else sanitize))
