@@ -13,7 +13,7 @@ PROMPT     ?= Write a short poem about the sea.
 EXPLAIN    ?= tests/fixtures/configs/llama-3.1-8b
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-DEBIAN_PACKAGES = gcc libc6-dev pkg-config meson ninja-build python3 python3-venv binutils \
+DEBIAN_PACKAGES = gcc g++ libc6-dev pkg-config meson ninja-build python3 python3-venv binutils \
                   libjansson-dev libyaml-dev libcunit1-dev libpcre2-dev libutf8proc-dev
 
 # Python packages of the tools the tests cover (tools/default_model), in a virtual environment

@@ -222,8 +222,9 @@ static __global__ void silu_mul_kernel(const silu_args a)
     }
 }
 
-lh_status lh_cuda_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
-                           lh_tensor *out)
+/* Both gated products: out = act(gate) * up elementwise. */
+static lh_status launch_gated(lh_kctx *ctx, const void *kernel, const char *name,
+                              const lh_tensor *gate, const lh_tensor *up, lh_tensor *out)
 {
     const int64_t n = lh_cpu_numel(gate);
     if (n == 0)
@@ -234,7 +235,14 @@ lh_status lh_cuda_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor 
     a.u = (const float *)up->data;
     a.out = (float *)out->data;
     a.n = n;
-    return LH_CU_LAUNCH(ctx, silu_mul_kernel, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, a);
+    return lh_cu_launch(ctx, kernel, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, &a, sizeof a, name,
+                        __FILE__, __LINE__);
+}
+
+lh_status lh_cuda_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
+                           lh_tensor *out)
+{
+    return launch_gated(ctx, (const void *)silu_mul_kernel, "silu_mul_kernel", gate, up, out);
 }
 
 /* ---- GELU (tanh approximation)-gated product, scale ------------------------------------------ */
@@ -254,16 +262,8 @@ static __global__ void gelu_tanh_mul_kernel(const silu_args a)
 lh_status lh_cuda_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
                                 lh_tensor *out)
 {
-    const int64_t n = lh_cpu_numel(gate);
-    if (n == 0)
-        return LH_OK;
-    silu_args a;
-    memset(&a, 0, sizeof a);
-    a.g = (const float *)gate->data;
-    a.u = (const float *)up->data;
-    a.out = (float *)out->data;
-    a.n = n;
-    return LH_CU_LAUNCH(ctx, gelu_tanh_mul_kernel, dim3(ew_blocks(n)), dim3(EW_THREADS), 0, a);
+    return launch_gated(ctx, (const void *)gelu_tanh_mul_kernel, "gelu_tanh_mul_kernel", gate, up,
+                        out);
 }
 
 struct scale_args {

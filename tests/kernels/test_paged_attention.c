@@ -597,6 +597,23 @@ static void test_paged_errors(void)
     lh_tensor from_pool = kt_t3(LH_DTYPE_F32, p.v, 3, 2, 8);
     CU_ASSERT_EQUAL(lh_k_paged_kv_write(ctx, &p.kv, p.table, p.n_table, 0, &from_pool, &k1),
                     LH_E_USAGE);
+
+    /* lh_k_ctx_set_bounds: both or neither, non-negative; then calls beyond them are refused
+     * (the context of 10 tokens needs 3 blocks of 4) on every device */
+    CU_ASSERT_EQUAL(lh_k_ctx_set_bounds(ctx, -1, 4), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_k_ctx_set_bounds(ctx, 16, 0), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(ctx), "both be positive, or both 0"));
+    CU_ASSERT_EQUAL(lh_k_ctx_set_bounds(ctx, 16, (int64_t)INT32_MAX + 1), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_k_ctx_set_bounds(ctx, 16, 4), LH_OK);
+    CU_ASSERT_EQUAL(PA(ctx, &tq, &p.kv, p.table, p.n_table, 10, pos, &prm, &to), LH_OK);
+    CU_ASSERT_EQUAL(lh_k_ctx_set_bounds(ctx, 9, 4), LH_OK);
+    CU_ASSERT_EQUAL(PA(ctx, &tq, &p.kv, p.table, p.n_table, 10, pos, &prm, &to), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(ctx), "exceed the context's bounds"));
+    CU_ASSERT_EQUAL(lh_k_ctx_set_bounds(ctx, 16, 2), LH_OK);
+    CU_ASSERT_EQUAL(lh_k_paged_kv_write(ctx, &p.kv, p.table, p.n_table, 8, &k1, &k1), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(ctx), "3 blocks exceed"));
+    CU_ASSERT_EQUAL(lh_k_ctx_set_bounds(ctx, 0, 0), LH_OK);
+    CU_ASSERT_EQUAL(PA(ctx, &tq, &p.kv, p.table, p.n_table, 10, pos, &prm, &to), LH_OK);
 #undef PA
     tpool_free(&p);
     lh_k_ctx_free(ctx);
