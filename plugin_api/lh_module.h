@@ -11,6 +11,8 @@
 #define LH_MODULE_H
 
 #include "lh_types.h"
+#include "lh_config.h"
+#include "lh_tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -19,30 +21,32 @@ extern "C" {
 typedef struct lh_build lh_build;   /* one model construction; owned by the host */
 typedef struct lh_module lh_module; /* a node of the tree; owned by the build */
 
-#ifndef LH_MAX_DIMS
-#define LH_MAX_DIMS 4
-#endif
-
-/* Geometry of one attention layer. The host creates the projections (names as in Hugging Face
- * checkpoints) and registers the layer in the per-model attention-layer table under
- * layer_index. */
+/* Geometry of one attention layer, registered by add_attention in the per-model
+ * attention-layer table under layer_index. The attention module holds no parameters itself:
+ * the plugin adds its projections (and norms) under it, named as its checkpoint names them.
+ * At run time the host creates the layer's backend instance from this geometry and the run
+ * config, and the forward block `attend` applies the RoPE described here to q and k (or lets
+ * the backend fuse it) before the backend attends. */
 typedef struct lh_attention_spec {
     uint32_t struct_size;
     int64_t layer_index;
-    int64_t hidden_size;
     int64_t num_heads;
-    int64_t num_kv_heads; /* 0 means num_heads */
+    int64_t num_kv_heads;   /* 0 means num_heads */
     int64_t head_dim;
-    bool qkv_bias;  /* q/k/v projections carry a bias (Qwen2) */
-    bool o_bias;
-    bool qk_norm;   /* per-head RMSNorm on q and k (Qwen3): q_norm, k_norm of width head_dim */
-    double norm_eps;
     int64_t sliding_window; /* 0: full attention */
-    /* Multi-head latent attention. When mla is true the projections are
-     * q_proj (or q_a_proj, q_a_layernorm, q_b_proj when q_lora_rank > 0), kv_a_proj_with_mqa,
-     * kv_a_layernorm, kv_b_proj, o_proj, and the cached width per token is
-     * kv_lora_rank + qk_rope_head_dim. */
+    double scale;           /* multiplies q.k; 0 means 1 / sqrt(head_dim) */
+    /* Chunked attention (Llama 4): queries attend only within their chunk. 0: none. */
+    int64_t attention_chunk_size;
+    /* Rotary position embedding of q and k (rotate_half layout, as Hugging Face computes
+     * it). rope false: none (learned or no positions). rope_scaling.kind NULL: unscaled. */
+    bool rope;
+    double rope_theta;
+    lh_rope_scaling rope_scaling; /* copied, kind included */
+    int64_t rope_max_positions;   /* max_position_embeddings (dynamic and yarn scaling) */
+    /* Multi-head latent attention: the cached width per token is kv_lora_rank +
+     * qk_rope_head_dim (latent), not 2 x kv_heads x head_dim. */
     bool mla;
+    bool has_q_lora_rank;
     int64_t q_lora_rank;
     int64_t kv_lora_rank;
     int64_t qk_rope_head_dim;

@@ -22,25 +22,21 @@
 #include "lh_config.h"
 #include "lh_module.h"
 #include "lh_attention.h"
+#include "lh_model.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define LH_PLUGIN_MAGIC 0x504d484cu /* "LHMP" little-endian */
-#define LH_PLUGIN_ABI_MAJOR 2
-#define LH_PLUGIN_ABI_MINOR 1
+#define LH_PLUGIN_ABI_MAJOR 3
+#define LH_PLUGIN_ABI_MINOR 0
 #define LH_PLUGIN_ENTRY_SYMBOL "lh_plugin_entry"
 
 typedef struct lh_host_api lh_host_api;
 typedef struct lh_plugin_ctx lh_plugin_ctx; /* the loading plugin, as the host sees it */
 
 /* ---- providers a plugin can register -------------------------------------------------- */
-
-/* Builds the module tree for one architecture. Must touch no weight memory. Returns LH_OK or
- * the status recorded in the build (api->build_status). */
-typedef lh_status (*lh_model_construct_fn)(const lh_host_api *api, lh_build *b,
-                                           const lh_model_config *cfg);
 
 /* Optional: asked before construction whether this implementation serves the runtime `rt`.
  * Return LH_OK to accept; any other status refuses, with a human reason written to
@@ -49,10 +45,11 @@ typedef lh_status (*lh_model_check_runtime_fn)(const lh_host_api *api, const lh_
                                                const lh_runtime_desc *rt, char *reason,
                                                size_t reason_len);
 
+/* A model implementation for one architecture (also a vision encoder: same contract). */
 typedef struct lh_model_provider {
     uint32_t struct_size;
     const char *name; /* architecture, e.g. "LlamaForCausalLM"; copied by the host */
-    lh_model_construct_fn construct;
+    const lh_model_ops *ops; /* lh_model.h; must outlive the process (a static const) */
     lh_model_check_runtime_fn check_runtime; /* may be NULL: serves every runtime */
 } lh_model_provider;
 
@@ -60,7 +57,7 @@ typedef struct lh_model_provider {
 typedef struct lh_draft_provider {
     uint32_t struct_size;
     const char *mode;
-    lh_model_construct_fn construct;
+    const lh_model_ops *ops; /* the draft model: the same contract as a model */
 } lh_draft_provider;
 
 /* Attention backend capability flags: constant, readable without an instance. */
@@ -85,23 +82,6 @@ typedef struct lh_attn_backend_provider {
     uint64_t capabilities;
     const lh_attn_ops *ops; /* may be NULL for a backend that is only described */
 } lh_attn_backend_provider;
-
-/* The gated MLP's activation: out = act(gate_proj(x)) * up_proj(x). */
-typedef enum lh_mlp_activation { LH_MLP_SILU = 0, LH_MLP_GELU_TANH = 1 } lh_mlp_activation;
-
-/* Variants of the standard decoder-only LM (see lh_host_api.build_decoder_lm).
- * Append-only: the host reads a field only when struct_size covers it; fields beyond a
- * caller's struct_size read as their defaults (zero: the Llama way). The smallest accepted
- * struct_size is offsetof(lh_decoder_spec, mlp_act) (ABI 2.0). */
-typedef struct lh_decoder_spec {
-    uint32_t struct_size;
-    bool qkv_bias; /* q/k/v projections carry a bias (Qwen2); also forced by attention_bias */
-    bool qk_norm;  /* per-head RMSNorm on q and k (Qwen3) */
-    /* --- ABI 2.1 --- */
-    lh_mlp_activation mlp_act;  /* LH_MLP_SILU = 0 (default) | LH_MLP_GELU_TANH = 1 */
-    float norm_weight_offset;   /* every RMSNorm computes x / rms(x) * (w + offset): 0 Llama, 1 Gemma */
-    bool scale_embeddings;      /* hidden = embedding * sqrt(hidden_size), the factor rounded to the checkpoint's dtype first (HF) */
-} lh_decoder_spec;
 
 /* ---- the host API table --------------------------------------------------------------- */
 
@@ -140,15 +120,22 @@ struct lh_host_api {
     lh_module *(*add_container)(lh_build *b, lh_module *parent, const char *name);
     lh_module *(*add_embedding)(lh_build *b, lh_module *parent, const char *name, int64_t num,
                                 int64_t dim);
+    /* weight [out, in] (+ bias [out]) */
     lh_module *(*add_linear)(lh_build *b, lh_module *parent, const char *name, int64_t in,
                              int64_t out, bool bias);
     lh_module *(*add_rmsnorm)(lh_build *b, lh_module *parent, const char *name, int64_t dim,
                               double eps);
-    /* gate_proj, up_proj [inter x hidden] and down_proj [hidden x inter], no bias, SiLU. */
-    lh_module *(*add_gated_mlp)(lh_build *b, lh_module *parent, const char *name, int64_t hidden,
-                                int64_t intermediate);
+    /* An attention layer (lh_module.h): a container registered in the attention-layer table
+     * with its geometry; the plugin adds its projections under it. Errors (sticky, LH_E_USAGE):
+     * NULL spec, struct_size smaller than the SDK's, invalid geometry (named). */
     lh_module *(*add_attention)(lh_build *b, lh_module *parent, const char *name,
                                 const lh_attention_spec *spec);
+    /* A feed-forward block: a container whose parameters the memory plan counts as "mlp". */
+    lh_module *(*add_mlp)(lh_build *b, lh_module *parent, const char *name);
+    /* The output head: add_linear whose parameters the memory plan counts as "lm_head" (the
+     * bytes a decode step streams for the logits). */
+    lh_module *(*add_head)(lh_build *b, lh_module *parent, const char *name, int64_t in,
+                           int64_t out, bool bias);
     /* A raw parameter on a module, for layers the blocks above do not cover. */
     lh_status (*add_param)(lh_build *b, lh_module *m, const char *name, int ndim,
                            const int64_t *shape, lh_param_role role);
@@ -160,17 +147,7 @@ struct lh_host_api {
     lh_status (*build_fail)(lh_build *b, lh_status code, const char *fmt, ...) LH_PRINTF(3, 4);
     /* LH_OK or the first error recorded in the build. */
     lh_status (*build_status)(lh_build *b);
-    /* The whole Llama-family causal LM from cfg's geometry, with Hugging Face names:
-     * model.embed_tokens, model.layers.N.{input_layernorm, self_attn, post_attention_layernorm,
-     * mlp}, model.norm, lm_head (tied to embed_tokens when tie_word_embeddings), the
-     * attention-layer table and the norm fusion chain. Variants are chosen by `spec` (see
-     * lh_decoder_spec; NULL means all defaults), recorded with the tree for the forward pass.
-     * Errors: LH_E_USAGE for a spec struct_size below offsetof(lh_decoder_spec, mlp_act), an
-     * mlp_act outside lh_mlp_activation, a non-finite norm_weight_offset. */
-    lh_status (*build_decoder_lm)(lh_build *b, const lh_model_config *cfg,
-                                  const lh_decoder_spec *spec);
 
-    /* --- ABI 2 --- */
     /* create_attention: one attention layer of backend `p` (as the host selected it) for
      * geometry `g`, with every construction-time check of DESIGN §8 before the backend's own
      * create runs: each feature the geometry asks for (sliding window, chunked attention, MLA,
@@ -181,12 +158,82 @@ struct lh_host_api {
      * *out and frees it with p->ops->destroy. */
     lh_status (*create_attention)(const lh_attn_backend_provider *p, const lh_attn_geometry *g,
                                   lh_attn_layer **out, char *err, size_t n);
+
+    /* ---- bind phase (lh_model.h): handles to what the host bound, sticky on bd ----------- */
+    /* The parameter whose full name ("model.layers.3.self_attn.q_proj.weight") the format
+     * gives. Required: a name the tree lacks is recorded in bd (LH_E_USAGE, naming it) and
+     * NULL returned. weight_opt returns NULL without an error for an absent name. */
+    const lh_weight *(*weight)(lh_bind *bd, const char *fmt, ...) LH_PRINTF(2, 3);
+    const lh_weight *(*weight_opt)(lh_bind *bd, const char *fmt, ...) LH_PRINTF(2, 3);
+    /* The attention layer registered by the module of that full name ("model.layers.3.self_attn");
+     * required as weight. */
+    const lh_attn_ref *(*attention)(lh_bind *bd, const char *fmt, ...) LH_PRINTF(2, 3);
+    /* The weight as a tensor on the engine's device, for kernels of lh_kernels.h that the
+     * blocks below do not wrap (norm weights, biases, embeddings; a quantized linear weight
+     * has no plain tensor: NULL). */
+    const lh_tensor *(*weight_tensor)(const lh_weight *w);
+    lh_status (*bind_fail)(lh_bind *bd, lh_status code, const char *fmt, ...) LH_PRINTF(3, 4);
+    lh_status (*bind_status)(lh_bind *bd);
+
+    /* ---- forward blocks (lh_model.h), sticky on f; each returns f's status -------------- */
+    /* The step: n_tokens packed tokens of n_seqs sequences, positions, lengths, slots. */
+    const lh_attn_step *(*fwd_step)(lh_fwd *f);
+    /* The kernel context the step runs on (for lh_kernels.h calls of the plugin's own). */
+    lh_kctx *(*fwd_kctx)(lh_fwd *f);
+    /* Names what the next blocks compute, for their error messages ("layer 3"). */
+    void (*fwd_where)(lh_fwd *f, const char *fmt, ...) LH_PRINTF(2, 3);
+    /* A zero-initialization-free f32 tensor [rows, cols] from the per-step arena (sized by
+     * lh_forward_info; a request beyond it is LH_E_INTERNAL naming the numbers). On error the
+     * returned tensor has no data and f has failed. */
+    lh_tensor (*scratch)(lh_fwd *f, int64_t rows, int64_t cols);
+    /* out [n_tokens, dim] = rows of `table` [vocab, dim] for the step's tokens. */
+    lh_status (*embed)(lh_fwd *f, const lh_weight *table, lh_tensor *out);
+    /* y [M, out] = x [M, in] @ w^T (+ bias); bias may be NULL. */
+    lh_status (*linear)(lh_fwd *f, const lh_tensor *x, const lh_weight *w, const lh_weight *bias,
+                        lh_tensor *y);
+    /* out = x / rms(x) * (w + offset), rows of x's last dimension; out may alias x. */
+    lh_status (*rmsnorm)(lh_fwd *f, const lh_tensor *x, const lh_weight *w, float eps,
+                         float offset, lh_tensor *out);
+    /* residual += x; out = rmsnorm(residual) (the norm fusion chain). out may alias x. */
+    lh_status (*residual_rmsnorm)(lh_fwd *f, lh_tensor *residual, const lh_tensor *x,
+                             const lh_weight *w, float eps, float offset, lh_tensor *out);
+    /* out = act(gate) * up; out may alias gate or up. */
+    lh_status (*act_mul)(lh_fwd *f, lh_activation act, const lh_tensor *gate,
+                         const lh_tensor *up, lh_tensor *out);
+    /* x *= s in place. */
+    lh_status (*scale)(lh_fwd *f, lh_tensor *x, float s);
+    /* Attention of layer `a` through the selected backend: q [T, heads * head_dim], k and v
+     * [T, kv_heads * head_dim] for the step's tokens (q and k are rotated in place by the
+     * layer's RoPE, unless the backend fuses it); out [T, heads * head_dim]. */
+    lh_status (*attend)(lh_fwd *f, const lh_attn_ref *a, lh_tensor *q, lh_tensor *k,
+                        lh_tensor *v, lh_tensor *out);
+    /* The rows of h [n_tokens, D] the runtime wants logits for, gathered into a scratch
+     * tensor [n_out, D] (no scratch request counted against scratch_requests). */
+    lh_tensor (*output_rows)(lh_fwd *f, const lh_tensor *h);
+    /* The logits to write: [n_out, vocab_size] f32 on the step's device. A step that only
+     * fills the KV cache asks for none: shape[0] is 0 and there is no data (skip the head). */
+    lh_tensor (*logits)(lh_fwd *f);
+    lh_status (*fwd_fail)(lh_fwd *f, lh_status code, const char *fmt, ...) LH_PRINTF(3, 4);
+    lh_status (*fwd_status)(lh_fwd *f);
 };
 
 #define LH_API_HAS(api, field) \
     ((api)->struct_size >= offsetof(lh_host_api, field) + sizeof((api)->field))
 
 typedef lh_status (*lh_plugin_init_fn)(const lh_host_api *api, lh_plugin_ctx *ctx);
+
+/* The layout constants that decide the SDK's struct layouts, as a plugin was compiled with
+ * them; the host compares each with its own before any plugin code runs (as PostgreSQL's
+ * magic block does) and names the one that differs. */
+typedef struct lh_plugin_layout {
+    uint32_t max_dims;       /* LH_MAX_DIMS (lh_tensor) */
+    uint32_t error_msg_size; /* LH_ERROR_MSG_SIZE (lh_error) */
+    uint32_t pointer_size;   /* sizeof(void *) */
+    uint32_t tensor_size;    /* sizeof(lh_tensor) */
+} lh_plugin_layout;
+
+#define LH_PLUGIN_LAYOUT_INIT                                                          \
+    {LH_MAX_DIMS, LH_ERROR_MSG_SIZE, (uint32_t)sizeof(void *), (uint32_t)sizeof(lh_tensor)}
 
 typedef struct lh_plugin_descriptor {
     uint32_t magic;       /* LH_PLUGIN_MAGIC */
@@ -196,6 +243,8 @@ typedef struct lh_plugin_descriptor {
     const char *name;
     const char *version;
     lh_plugin_init_fn init;
+    /* --- ABI 3 --- */
+    lh_plugin_layout layout;
 } lh_plugin_descriptor;
 
 typedef const lh_plugin_descriptor *(*lh_plugin_entry_fn)(void);
@@ -206,7 +255,8 @@ typedef const lh_plugin_descriptor *(*lh_plugin_entry_fn)(void);
     {                                                                                 \
         static const lh_plugin_descriptor lh_descriptor_ = {                          \
             LH_PLUGIN_MAGIC, (uint32_t)sizeof(lh_plugin_descriptor),                  \
-            LH_PLUGIN_ABI_MAJOR, LH_PLUGIN_ABI_MINOR, (NAME), (VERSION), (INIT_FN)};   \
+            LH_PLUGIN_ABI_MAJOR, LH_PLUGIN_ABI_MINOR, (NAME), (VERSION), (INIT_FN),    \
+            LH_PLUGIN_LAYOUT_INIT};                                                   \
         return &lh_descriptor_;                                                       \
     }
 

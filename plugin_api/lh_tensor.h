@@ -13,9 +13,9 @@
 extern "C" {
 #endif
 
-#ifndef LH_MAX_DIMS
+/* Most dimensions of a tensor: a layout constant (it sizes lh_tensor), recorded in every
+ * plugin's descriptor and checked by the host before any plugin code runs. */
 #define LH_MAX_DIMS 4
-#endif
 
 typedef enum lh_device_kind { LH_DEVICE_CPU = 0, LH_DEVICE_CUDA = 1 } lh_device_kind;
 
@@ -50,6 +50,15 @@ static inline lh_tensor lh_tensor_cpu(lh_dtype dtype, void *data, int ndim, cons
             s *= shape[i];
     }
     return t;
+}
+
+/* The same contiguous data as another shape (numel must match; the caller checks): e.g. a
+ * [T, heads * D] activation seen as [T * heads, D] rows for a per-head norm. */
+static inline lh_tensor lh_tensor_view(const lh_tensor *t, int ndim, const int64_t *shape)
+{
+    lh_tensor v = lh_tensor_cpu(t->dtype, t->data, ndim, shape);
+    v.device = t->device;
+    return v;
 }
 
 #ifdef __cplusplus

@@ -6,9 +6,11 @@
 #ifndef LH_TYPES_H
 #define LH_TYPES_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,6 +62,32 @@ typedef enum lh_log_level {
 #define LH_PRINTF(fmt_idx, first_arg)
 #define LH_EXPORT
 #endif
+
+/* The one error record of the SDK and the embedding API: a status and its message, the
+ * innermost cause last ("layer 3 attention: sequence 2: ..."). Whoever receives an lh_error *
+ * fills it on failure; LH_ERROR_MSG_SIZE is a layout constant checked when a plugin loads. */
+#define LH_ERROR_MSG_SIZE 2048
+typedef struct lh_error {
+    lh_status code;
+    char msg[LH_ERROR_MSG_SIZE];
+} lh_error;
+
+/* Sets *e (e may be NULL) to code and a printf-style message; returns code, so plugin code
+ * can `return lh_error_set(err, LH_E_CONFIG, "...", ...);`. Header-only: a plugin references
+ * no symbol of libllmhost. */
+static inline lh_status lh_error_set(lh_error *e, lh_status code, const char *fmt, ...)
+    LH_PRINTF(3, 4);
+static inline lh_status lh_error_set(lh_error *e, lh_status code, const char *fmt, ...)
+{
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+        e->code = code;
+    }
+    return code;
+}
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,7 @@
 #include "core/log.h"
 #include "model/model.h"
 #include "resolve/resolve.h"
-#include "runtime/decoder.h"
+#include "runtime/runner.h"
 #include "runtime/generate.h"
 #include "weights/checkpoint.h"
 
@@ -36,8 +36,7 @@ struct lh_engine {
     lh_model *model;
     lh_kctx *kctx;
     lh_device device; /* where the model runs (lh_run_resolve_device) */
-    lh_decoder dec;
-    bool dec_ready;
+    lh_runner *run; /* the model's forward pass on the engine's device */
     lh_generate_stats last; /* the last generate call's timings (lh_engine_last_stats) */
     lh_generation_config gen; /* generation_config.json (lh_engine_generation_defaults) */
     /* lh_engine_cancel's request to the generate call in progress (cleared when one starts) */
@@ -49,8 +48,7 @@ void lh_engine_close(lh_engine *e)
 {
     if (!e)
         return;
-    if (e->dec_ready)
-        lh_decoder_free(&e->dec);
+    lh_runner_free(e->run);
     lh_k_ctx_free(e->kctx);
     lh_model_free(e->model);
     lh_resolution_free(&e->res);
@@ -84,7 +82,7 @@ static lh_status create_kctx(lh_engine *e, int n_threads, lh_err *err)
 }
 
 /* lh_engine_explain_json's text: explain's keys for what this engine resolved, built and
- * chose, plus what only an open engine knows (its threads, ISA, the decoder's sizes). */
+ * chose, plus what only an open engine knows (its threads, ISA, the runner's sizes). */
 static lh_status build_explain(lh_engine *e, json_t *attn_trace, lh_err *err)
 {
     json_t *j = NULL;
@@ -95,8 +93,8 @@ static lh_status build_explain(lh_engine *e, json_t *attn_trace, lh_err *err)
     char dev[32];
     json_t *eng = json_pack("{s:s,s:i,s:I,s:I,s:I}", "device", lh_device_str(e->device, dev,
                             sizeof dev), "threads", lh_k_ctx_threads(e->kctx), "vocab_size",
-                            (json_int_t)e->dec.vocab, "max_seq_len", (json_int_t)e->dec.max_seq_len,
-                            "max_batch_size", (json_int_t)e->dec.max_seqs);
+                            (json_int_t)lh_runner_vocab(e->run), "max_seq_len", (json_int_t)lh_runner_max_seq_len(e->run),
+                            "max_batch_size", (json_int_t)lh_runner_max_seqs(e->run));
     if (eng && e->device.kind == LH_DEVICE_CPU)
         json_object_set_new(eng, "isa", json_string(lh_k_isa_name(lh_k_ctx_isa(e->kctx))));
     if (!eng || json_object_set_new(j, "engine", eng) != 0) {
@@ -219,9 +217,8 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
         st = create_kctx(e, o->n_threads, err);
     if (st == LH_OK) {
         attn.cuda_graphs = e->rc.cuda_graphs;
-        st = lh_decoder_init(&e->dec, e->model, e->cfg, &attn, max_seq, e->rc.max_batch_size,
-                             e->kctx, err);
-        e->dec_ready = st == LH_OK;
+        st = lh_runner_create(e->model, &e->res.entry->p.model, e->cfg, &attn, max_seq,
+                              e->rc.max_batch_size, e->kctx, &e->run, err);
     }
     if (st == LH_OK)
         st = build_explain(e, attn_trace, err);
@@ -240,8 +237,8 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
         lh_log(LH_LOG_INFO, "engine: %s via %s on cuda:%d (%s); weights %.2f GiB, device "
                "memory %.2f GiB in use, %.2f GiB free; cuda graphs %s; device: %s",
                e->res.resolved, e->res.entry->module->path, e->device.index, info.name,
-               (double)e->dec.weight_bytes / GIB, (double)ms.in_use / GIB,
-               (double)ms.device_free / GIB, e->dec.graphs ? "on" : "off",
+               (double)lh_runner_weight_bytes(e->run) / GIB, (double)ms.in_use / GIB,
+               (double)ms.device_free / GIB, lh_runner_graphs(e->run) ? "on" : "off",
                device_why[0] ? device_why : "asked for");
     } else {
         lh_log(LH_LOG_INFO, "engine: %s via %s on cpu, %d threads (%s kernels); device: %s",
@@ -254,17 +251,17 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
 
 int64_t lh_engine_vocab_size(const lh_engine *e)
 {
-    return e ? e->dec.vocab : 0;
+    return e ? lh_runner_vocab(e->run) : 0;
 }
 
 int64_t lh_engine_max_seq_len(const lh_engine *e)
 {
-    return e ? e->dec.max_seq_len : 0;
+    return e ? lh_runner_max_seq_len(e->run) : 0;
 }
 
 int64_t lh_engine_max_batch_size(const lh_engine *e)
 {
-    return e ? e->dec.max_seqs : 0;
+    return e ? lh_runner_max_seqs(e->run) : 0;
 }
 
 lh_status lh_engine_logits(lh_engine *e, const int32_t *tokens, int64_t n, float *out,
@@ -273,23 +270,23 @@ lh_status lh_engine_logits(lh_engine *e, const int32_t *tokens, int64_t n, float
     lh_err_clear(err);
     if (!e || !tokens || !out)
         return lh_err_set(err, LH_E_USAGE, "lh_engine_logits: NULL argument");
-    return lh_sequence_logits(&e->dec, e->kctx, tokens, n, out, err);
+    return lh_sequence_logits(e->run, e->kctx, tokens, n, out, err);
 }
 
 /* What one generate call did with CUDA graphs (counts since c0 / r0), for --verbose runs. */
 static void log_graph_counts(const lh_engine *e, int64_t c0, int64_t r0)
 {
-    if (!e->dec.graphs)
+    if (!lh_runner_graphs(e->run))
         return;
     int64_t c, r;
-    lh_decoder_graph_counts(&e->dec, &c, &r);
+    lh_runner_graph_counts(e->run, &c, &r);
     lh_log(LH_LOG_INFO, "cuda graphs: %lld capture%s, %lld replay%s", (long long)(c - c0),
            c - c0 == 1 ? "" : "s", (long long)(r - r0), r - r0 == 1 ? "" : "s");
 }
 
 void lh_engine_graph_counts(const lh_engine *e, int64_t *captures, int64_t *replays)
 {
-    lh_decoder_graph_counts(e && e->dec_ready ? &e->dec : NULL, captures, replays);
+    lh_runner_graph_counts(e ? e->run : NULL, captures, replays);
 }
 
 lh_device lh_engine_device(const lh_engine *e)
@@ -307,8 +304,8 @@ lh_status lh_engine_generate_greedy(lh_engine *e, const int32_t *const *prompts,
     if (!e || !prompts || !lens || (!out && max_new > 0))
         return lh_err_set(err, LH_E_USAGE, "lh_engine_generate_greedy: NULL argument");
     int64_t c0, r0;
-    lh_decoder_graph_counts(&e->dec, &c0, &r0);
-    lh_status st = lh_generate_greedy(&e->dec, e->kctx, prompts, lens, n_seqs, max_new, out,
+    lh_runner_graph_counts(e->run, &c0, &r0);
+    lh_status st = lh_generate_greedy(e->run, e->kctx, prompts, lens, n_seqs, max_new, out,
                                       &e->last, err);
     log_graph_counts(e, c0, r0);
     return st;
@@ -352,8 +349,8 @@ lh_status lh_engine_generate(lh_engine *e, const lh_generate_params *params,
         (!out && (params->struct_size < sizeof *params || params->max_new_tokens > 0)))
         return lh_err_set(err, LH_E_USAGE, "lh_engine_generate: NULL argument");
     int64_t c0, r0;
-    lh_decoder_graph_counts(&e->dec, &c0, &r0);
-    lh_status st = lh_generate_cancellable(&e->dec, e->kctx, params, prompts, lens, n_seqs, out,
+    lh_runner_graph_counts(e->run, &c0, &r0);
+    lh_status st = lh_generate_cancellable(e->run, e->kctx, params, prompts, lens, n_seqs, out,
                                            out_lens, stop, &e->last, &e->cancel, err);
     log_graph_counts(e, c0, r0);
     return st;
@@ -395,9 +392,9 @@ lh_status lh_engine_last_stats(const lh_engine *e, lh_generate_stats *out, lh_er
     return LH_OK;
 }
 
-lh_decoder *lh_engine_decoder(lh_engine *e)
+lh_runner *lh_engine_runner(lh_engine *e)
 {
-    return e && e->dec_ready ? &e->dec : NULL;
+    return e ? e->run : NULL;
 }
 
 lh_kctx *lh_engine_kctx(lh_engine *e)

@@ -5,6 +5,7 @@
 #include "model/model.h"
 #include "registry/registry.h"
 #include "runtime/attn_create.h"
+#include "runtime/runner.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -92,15 +93,36 @@ static const lh_host_api host_api = {
     .add_embedding = lh_build_add_embedding,
     .add_linear = lh_build_add_linear,
     .add_rmsnorm = lh_build_add_rmsnorm,
-    .add_gated_mlp = lh_build_add_gated_mlp,
     .add_attention = lh_build_add_attention,
+    .add_mlp = lh_build_add_mlp,
+    .add_head = lh_build_add_head,
     .add_param = lh_build_add_param,
     .chain_norm = lh_build_chain_norm,
     .tie_weights = lh_build_tie_weights,
     .build_fail = lh_build_fail,
     .build_status = lh_build_status,
-    .build_decoder_lm = lh_build_decoder_lm,
     .create_attention = lh_create_attention,
+    .weight = lh_runner_weight,
+    .weight_opt = lh_runner_weight_opt,
+    .attention = lh_runner_attention,
+    .weight_tensor = lh_runner_weight_tensor,
+    .bind_fail = lh_runner_bind_fail,
+    .bind_status = lh_runner_bind_status,
+    .fwd_step = lh_runner_fwd_step,
+    .fwd_kctx = lh_runner_fwd_kctx,
+    .fwd_where = lh_runner_fwd_where,
+    .scratch = lh_runner_scratch,
+    .embed = lh_runner_embed,
+    .linear = lh_runner_linear,
+    .rmsnorm = lh_runner_rmsnorm,
+    .residual_rmsnorm = lh_runner_residual_rmsnorm,
+    .act_mul = lh_runner_act_mul,
+    .scale = lh_runner_scale,
+    .attend = lh_runner_attend,
+    .output_rows = lh_runner_output_rows,
+    .logits = lh_runner_logits,
+    .fwd_fail = lh_runner_fwd_fail,
+    .fwd_status = lh_runner_fwd_status,
 };
 
 const lh_host_api *lh_host_api_table(void)

@@ -30,9 +30,9 @@ lh_status lh_explain_object(lh_host *h, const lh_resolution *r, const lh_model_c
 
 /* For tools that drive an engine's steps themselves (tools/bench): the engine's decoder and
  * kernel context, owned by the engine and valid until lh_engine_close. */
-struct lh_decoder;
+struct lh_runner;
 struct lh_kctx;
-struct lh_decoder *lh_engine_decoder(lh_engine *e);
+struct lh_runner *lh_engine_runner(lh_engine *e);
 struct lh_kctx *lh_engine_kctx(lh_engine *e);
 /* CUDA graph captures and replays of decode steps since the engine opened (0 and 0 when it
  * runs without graphs), and the device it runs on. */

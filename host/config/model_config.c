@@ -529,12 +529,10 @@ static lh_status parse_fields(mc_ctx *c, lh_model_config *cfg)
     if ((st = get_int_field(c, root, "sliding_window", "sliding_window", 1, &g->sliding_window,
                             &p)))
         return st;
-    /* Qwen2/Qwen3 configs carry a sliding_window they use only when use_sliding_window is true,
-     * which transformers defaults to false for them; elsewhere (Mistral) the window applies
-     * unless use_sliding_window is explicitly false. */
-    bool opt_in = g->model_type && (strncmp(g->model_type, "qwen2", 5) == 0 ||
-                                    strncmp(g->model_type, "qwen3", 5) == 0);
-    if (opt_in ? !(has_use_sw && use_sw) : (has_use_sw && !use_sw))
+    /* A window the config itself switches off is no window. Whether an absent
+     * use_sliding_window means on (Mistral) or off (Qwen2/Qwen3, whose transformers configs
+     * default it to false) is the architecture's rule: its plugin decides per layer. */
+    if (has_use_sw && !use_sw)
         g->sliding_window = 0;
     if ((st = get_int_field(c, root, "attention_chunk_size", "attention_chunk_size", 1,
                             &g->attention_chunk_size, &p)))
@@ -666,30 +664,6 @@ void lh_model_config_free(lh_model_config *cfg)
     free(cfg->path);
     free(cfg->dir);
     free(cfg);
-}
-
-lh_status lh_model_config_require_decoder(const lh_model_config *cfg, lh_err *err)
-{
-    if (!cfg)
-        return lh_err_set(err, LH_E_USAGE, "lh_model_config_require_decoder: no config");
-    static const struct {
-        const char *name;
-        size_t off;
-    } req[] = {
-        {"hidden_size", offsetof(lh_model_config, has_hidden_size)},
-        {"intermediate_size", offsetof(lh_model_config, has_intermediate_size)},
-        {"num_hidden_layers", offsetof(lh_model_config, has_num_hidden_layers)},
-        {"num_attention_heads", offsetof(lh_model_config, has_num_attention_heads)},
-        {"vocab_size", offsetof(lh_model_config, has_vocab_size)},
-    };
-    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
-        if (!*(const bool *)((const char *)cfg + req[i].off))
-            return lh_err_set(err, LH_E_CONFIG,
-                              "%s: missing required field '%s' for a decoder model "
-                              "(architecture %s)",
-                              cfg->path ? cfg->path : "config.json", req[i].name,
-                              cfg->geo.architecture ? cfg->geo.architecture : "(none)");
-    return LH_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */

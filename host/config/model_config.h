@@ -3,8 +3,9 @@
  * Parsing type-checks and range-checks every known field that is present (zero or negative
  * sizes, kv heads not dividing heads, hidden_size not divisible by heads when head_dim is
  * absent, size products that overflow int64, MLA ranks) and rejects the file naming the field.
- * Fields a decoder needs but the file lacks are reported by lh_model_config_require_decoder,
- * because resolution must run first (a missing `architectures` is resolve's error). */
+ * Which fields an architecture requires is its plugin's business (its constructor names a
+ * missing one), because resolution must run first (a missing `architectures` is resolve's
+ * error). */
 #ifndef LH_CONFIG_MODEL_CONFIG_H
 #define LH_CONFIG_MODEL_CONFIG_H
 
@@ -32,10 +33,6 @@ lh_status lh_model_config_load(const char *path, lh_model_config **out, lh_err *
 lh_status lh_model_config_parse(const char *json_text, const char *source_name,
                                 lh_model_config **out, lh_err *err);
 void lh_model_config_free(lh_model_config *cfg);
-
-/* Checks that the fields a decoder-only LM needs are present (hidden_size, intermediate_size,
- * num_hidden_layers, num_attention_heads, vocab_size). LH_E_CONFIG naming the first missing. */
-lh_status lh_model_config_require_decoder(const lh_model_config *cfg, lh_err *err);
 
 /* Raw getters: dotted key path; 1 present with that type, 0 absent or null, -1 other type. */
 int lh_model_config_get_int(const lh_model_config *cfg, const char *key, int64_t *out);

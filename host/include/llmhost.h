@@ -31,10 +31,8 @@
 extern "C" {
 #endif
 
-typedef struct lh_err {
-    lh_status code;
-    char msg[2048];
-} lh_err;
+/* The SDK's error record (lh_types.h) under the embedding API's name. */
+typedef lh_error lh_err;
 
 /* Short stable name of a status ("unknown-name", "load-failure", ...). Never NULL; a static
  * string. [concurrent] */

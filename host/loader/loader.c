@@ -8,8 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Fields every ABI 1.x descriptor has; a smaller struct cannot be trusted. */
-#define LH_DESCRIPTOR_MIN_SIZE (offsetof(lh_plugin_descriptor, init) + sizeof(lh_plugin_init_fn))
+/* Fields every ABI 3.x descriptor has (the layout constants included); a smaller struct
+ * cannot be trusted. */
+#define LH_DESCRIPTOR_MIN_SIZE (offsetof(lh_plugin_descriptor, layout) + sizeof(lh_plugin_layout))
 
 static lh_status fail(lh_module_rec *rec, lh_err *err, lh_status code)
 {
@@ -55,6 +56,27 @@ static lh_status check_descriptor(const lh_module_rec *rec, const lh_plugin_desc
                           "ABI %d.0",
                           rec->path, d->struct_size, (size_t)LH_DESCRIPTOR_MIN_SIZE,
                           LH_PLUGIN_ABI_MAJOR);
+    /* the constants that decide struct layouts, before any plugin code runs */
+    const lh_plugin_layout host = LH_PLUGIN_LAYOUT_INIT;
+    static const struct {
+        const char *name;
+        size_t off;
+    } consts[] = {
+        {"LH_MAX_DIMS", offsetof(lh_plugin_layout, max_dims)},
+        {"LH_ERROR_MSG_SIZE", offsetof(lh_plugin_layout, error_msg_size)},
+        {"sizeof(void *)", offsetof(lh_plugin_layout, pointer_size)},
+        {"sizeof(lh_tensor)", offsetof(lh_plugin_layout, tensor_size)},
+    };
+    for (size_t i = 0; i < sizeof consts / sizeof *consts; i++) {
+        uint32_t mine, theirs;
+        memcpy(&mine, (const char *)&host + consts[i].off, sizeof mine);
+        memcpy(&theirs, (const char *)&d->layout + consts[i].off, sizeof theirs);
+        if (mine != theirs)
+            return lh_err_set(err, LH_E_ABI,
+                              "%s: plugin built with %s = %u, host has %u: the SDK's struct "
+                              "layouts differ; rebuild the plugin against this llmhost's SDK",
+                              rec->path, consts[i].name, (unsigned)theirs, (unsigned)mine);
+    }
     if (!d->name || !d->name[0] || !d->init)
         return lh_err_set(err, LH_E_NOT_PLUGIN, "%s: plugin descriptor lacks %s", rec->path,
                           !d->init ? "an init function" : "a name");

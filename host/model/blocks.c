@@ -91,25 +91,20 @@ lh_module *lh_build_add_rmsnorm(lh_build *b, lh_module *parent, const char *name
     return m;
 }
 
-lh_module *lh_build_add_gated_mlp(lh_build *b, lh_module *parent, const char *name,
-                                  int64_t hidden, int64_t intermediate)
+lh_module *lh_build_add_head(lh_build *b, lh_module *parent, const char *name, int64_t in,
+                             int64_t out, bool bias)
+{
+    lh_module *m = lh_build_add_linear(b, parent, name, in, out, bias);
+    if (m)
+        m->kind = LH_MOD_HEAD;
+    return m;
+}
+
+lh_module *lh_build_add_mlp(lh_build *b, lh_module *parent, const char *name)
 {
     if (!usable(b))
         return NULL;
-    if (hidden <= 0 || intermediate <= 0) {
-        char w[512];
-        lh_tree_fail(b, LH_E_USAGE,
-                     "gated mlp '%s': hidden %" PRId64 " and intermediate %" PRId64
-                     " must be > 0",
-                     where(w, sizeof w, b, parent, name), hidden, intermediate);
-        return NULL;
-    }
-    lh_module *m = lh_tree_add_module(b, parent, name, LH_MOD_GATED_MLP);
-    if (!m || !lh_build_add_linear(b, m, "gate_proj", hidden, intermediate, false) ||
-        !lh_build_add_linear(b, m, "up_proj", hidden, intermediate, false) ||
-        !lh_build_add_linear(b, m, "down_proj", intermediate, hidden, false))
-        return NULL;
-    return m;
+    return lh_tree_add_module(b, parent, name, LH_MOD_MLP);
 }
 
 /* ---- attention -------------------------------------------------------------------------- */
@@ -120,16 +115,12 @@ static bool spec_fail(lh_build *b, const char *w, const char *what)
     return false;
 }
 
-/* Validates and normalizes (num_kv_heads 0 -> num_heads). */
+/* Validates and normalizes (num_kv_heads 0 -> num_heads, scale 0 -> 1/sqrt(head_dim)). */
 static bool check_spec(lh_build *b, const char *w, lh_attention_spec *s)
 {
     char msg[256];
     if (s->layer_index < 0) {
         snprintf(msg, sizeof msg, "layer_index %" PRId64 " must be >= 0", s->layer_index);
-        return spec_fail(b, w, msg);
-    }
-    if (s->hidden_size <= 0) {
-        snprintf(msg, sizeof msg, "hidden_size %" PRId64 " must be > 0", s->hidden_size);
         return spec_fail(b, w, msg);
     }
     if (s->num_heads <= 0) {
@@ -140,8 +131,18 @@ static bool check_spec(lh_build *b, const char *w, lh_attention_spec *s)
         snprintf(msg, sizeof msg, "sliding_window %" PRId64 " must be >= 0", s->sliding_window);
         return spec_fail(b, w, msg);
     }
-    if (!(s->norm_eps >= 0.0) || !isfinite(s->norm_eps)) {
-        snprintf(msg, sizeof msg, "norm_eps %g must be a finite value >= 0", s->norm_eps);
+    if (s->attention_chunk_size < 0) {
+        snprintf(msg, sizeof msg, "attention_chunk_size %" PRId64 " must be >= 0",
+                 s->attention_chunk_size);
+        return spec_fail(b, w, msg);
+    }
+    if (!(s->scale >= 0.0) || !isfinite(s->scale)) {
+        snprintf(msg, sizeof msg, "scale %g must be a finite value >= 0 (0: 1/sqrt(head_dim))",
+                 s->scale);
+        return spec_fail(b, w, msg);
+    }
+    if (s->rope && (!(s->rope_theta > 0.0) || !isfinite(s->rope_theta))) {
+        snprintf(msg, sizeof msg, "rope_theta %g must be a finite value > 0", s->rope_theta);
         return spec_fail(b, w, msg);
     }
     if (s->mla) {
@@ -152,15 +153,13 @@ static bool check_spec(lh_build *b, const char *w, lh_attention_spec *s)
                      s->kv_lora_rank, s->qk_nope_head_dim, s->v_head_dim);
             return spec_fail(b, w, msg);
         }
-        if (s->qk_rope_head_dim < 0 || s->q_lora_rank < 0) {
+        if (s->qk_rope_head_dim < 0 || (s->has_q_lora_rank && s->q_lora_rank <= 0)) {
             snprintf(msg, sizeof msg,
-                     "MLA needs qk_rope_head_dim (%" PRId64 ") and q_lora_rank (%" PRId64
-                     ") >= 0",
+                     "MLA needs qk_rope_head_dim (%" PRId64 ") >= 0 and q_lora_rank (%" PRId64
+                     ") > 0 where present",
                      s->qk_rope_head_dim, s->q_lora_rank);
             return spec_fail(b, w, msg);
         }
-        if (s->qk_norm)
-            return spec_fail(b, w, "qk_norm is not supported together with MLA");
         if (s->num_kv_heads == 0)
             s->num_kv_heads = s->num_heads;
         return true;
@@ -176,60 +175,26 @@ static bool check_spec(lh_build *b, const char *w, lh_attention_spec *s)
         snprintf(msg, sizeof msg, "head_dim %" PRId64 " must be > 0", s->head_dim);
         return spec_fail(b, w, msg);
     }
+    if (s->scale == 0.0)
+        s->scale = 1.0 / sqrt((double)s->head_dim);
     return true;
 }
 
-/* KV bytes per token of one layer: keys and values of kv_out elements each (MHA/GQA), or
- * one latent of kv_out elements (MLA, stored with the keys' dtype). */
-static bool attn_mha(lh_build *b, lh_module *m, const lh_attention_spec *s, int64_t *kv_bytes,
-                     const char *w)
+/* KV bytes per token of one layer: keys and values of kv_heads x head_dim elements each
+ * (MHA/GQA), or one latent of kv_lora_rank + qk_rope_head_dim elements (MLA, stored with the
+ * keys' dtype). */
+static bool kv_bytes_per_token(lh_build *b, const lh_attention_spec *s, int64_t *kv_bytes,
+                               const char *w)
 {
-    int64_t q_out, kv_out;
-    if (!lh_tree_mul(s->num_heads, s->head_dim, &q_out) ||
-        !lh_tree_mul(s->num_kv_heads, s->head_dim, &kv_out) ||
-        !lh_tree_mul(kv_out, (int64_t)(b->kv_k_bits + b->kv_v_bits), kv_bytes))
-        return spec_fail(b, w, "projection width overflows int64");
-    *kv_bytes /= 8;
-    int64_t h = s->hidden_size;
-    if (!lh_build_add_linear(b, m, "q_proj", h, q_out, s->qkv_bias) ||
-        !lh_build_add_linear(b, m, "k_proj", h, kv_out, s->qkv_bias) ||
-        !lh_build_add_linear(b, m, "v_proj", h, kv_out, s->qkv_bias) ||
-        !lh_build_add_linear(b, m, "o_proj", q_out, h, s->o_bias))
-        return false;
-    if (s->qk_norm && (!lh_build_add_rmsnorm(b, m, "q_norm", s->head_dim, s->norm_eps) ||
-                       !lh_build_add_rmsnorm(b, m, "k_norm", s->head_dim, s->norm_eps)))
-        return false;
-    return true;
-}
-
-static bool attn_mla(lh_build *b, lh_module *m, const lh_attention_spec *s, int64_t *kv_bytes,
-                     const char *w)
-{
-    int64_t qk_head, q_out, kva_out, kvb_head, kvb_out, o_in;
-    if (!lh_tree_add(s->qk_nope_head_dim, s->qk_rope_head_dim, &qk_head) ||
-        !lh_tree_mul(s->num_heads, qk_head, &q_out) ||
-        !lh_tree_add(s->kv_lora_rank, s->qk_rope_head_dim, &kva_out) ||
-        !lh_tree_add(s->qk_nope_head_dim, s->v_head_dim, &kvb_head) ||
-        !lh_tree_mul(s->num_heads, kvb_head, &kvb_out) ||
-        !lh_tree_mul(s->num_heads, s->v_head_dim, &o_in))
-        return spec_fail(b, w, "projection width overflows int64");
-    int64_t h = s->hidden_size;
-    if (s->q_lora_rank > 0) {
-        if (!lh_build_add_linear(b, m, "q_a_proj", h, s->q_lora_rank, s->qkv_bias) ||
-            !lh_build_add_rmsnorm(b, m, "q_a_layernorm", s->q_lora_rank, s->norm_eps) ||
-            !lh_build_add_linear(b, m, "q_b_proj", s->q_lora_rank, q_out, false))
-            return false;
-    } else if (!lh_build_add_linear(b, m, "q_proj", h, q_out, false)) {
-        return false;
+    int64_t width;
+    if (s->mla) {
+        if (!lh_tree_add(s->kv_lora_rank, s->qk_rope_head_dim, &width) ||
+            !lh_tree_mul(width, (int64_t)b->kv_k_bits, kv_bytes))
+            return spec_fail(b, w, "KV bytes per token overflow int64");
+    } else if (!lh_tree_mul(s->num_kv_heads, s->head_dim, &width) ||
+               !lh_tree_mul(width, (int64_t)(b->kv_k_bits + b->kv_v_bits), kv_bytes)) {
+        return spec_fail(b, w, "KV width overflows int64");
     }
-    if (!lh_build_add_linear(b, m, "kv_a_proj_with_mqa", h, kva_out, s->qkv_bias) ||
-        !lh_build_add_rmsnorm(b, m, "kv_a_layernorm", s->kv_lora_rank, s->norm_eps) ||
-        !lh_build_add_linear(b, m, "kv_b_proj", s->kv_lora_rank, kvb_out, false) ||
-        !lh_build_add_linear(b, m, "o_proj", o_in, h, s->o_bias))
-        return false;
-    /* the latent is cached, not per-head K and V */
-    if (!lh_tree_mul(kva_out, (int64_t)b->kv_k_bits, kv_bytes))
-        return spec_fail(b, w, "KV bytes per token overflow int64");
     *kv_bytes /= 8;
     return true;
 }
@@ -257,11 +222,14 @@ lh_module *lh_build_add_attention(lh_build *b, lh_module *parent, const char *na
     s.struct_size = (uint32_t)sizeof s;
     if (!check_spec(b, w, &s))
         return NULL;
+    int64_t kv_bytes = 0;
+    if (!kv_bytes_per_token(b, &s, &kv_bytes, w))
+        return NULL;
+    /* the scaling kind belongs to the config; the tree keeps its own copy */
+    if (s.rope_scaling.kind && !(s.rope_scaling.kind = lh_tree_strdup(b, s.rope_scaling.kind)))
+        return NULL;
     lh_module *m = lh_tree_add_module(b, parent, name, LH_MOD_ATTENTION);
     if (!m)
-        return NULL;
-    int64_t kv_bytes = 0;
-    if (!(s.mla ? attn_mla(b, m, &s, &kv_bytes, w) : attn_mha(b, m, &s, &kv_bytes, w)))
         return NULL;
     m->attn = lh_tree_alloc(b, sizeof *m->attn);
     if (!m->attn)

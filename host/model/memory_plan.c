@@ -19,9 +19,9 @@ static int classify(const lh_module *x)
     for (const lh_module *a = x; a; a = a->parent) {
         if (a->kind == LH_MOD_ATTENTION)
             return G_ATTENTION;
-        if (a->kind == LH_MOD_GATED_MLP)
+        if (a->kind == LH_MOD_MLP)
             return G_MLP;
-        if (strcmp(a->name, "lm_head") == 0)
+        if (a->kind == LH_MOD_HEAD)
             return G_LM_HEAD;
     }
     switch (x->kind) {

@@ -24,8 +24,9 @@ typedef enum lh_module_kind {
     LH_MOD_EMBEDDING,
     LH_MOD_LINEAR,
     LH_MOD_RMSNORM,
-    LH_MOD_GATED_MLP,
+    LH_MOD_MLP,
     LH_MOD_ATTENTION,
+    LH_MOD_HEAD, /* the output head: a linear the memory plan counts as "lm_head" */
     LH_MOD_CUSTOM
 } lh_module_kind;
 
@@ -174,8 +175,9 @@ lh_module *lh_build_add_linear(lh_build *b, lh_module *parent, const char *name,
                                int64_t out, bool bias);
 lh_module *lh_build_add_rmsnorm(lh_build *b, lh_module *parent, const char *name, int64_t dim,
                                 double eps);
-lh_module *lh_build_add_gated_mlp(lh_build *b, lh_module *parent, const char *name,
-                                  int64_t hidden, int64_t intermediate);
+lh_module *lh_build_add_mlp(lh_build *b, lh_module *parent, const char *name);
+lh_module *lh_build_add_head(lh_build *b, lh_module *parent, const char *name, int64_t in,
+                             int64_t out, bool bias);
 lh_module *lh_build_add_attention(lh_build *b, lh_module *parent, const char *name,
                                   const lh_attention_spec *spec);
 lh_status lh_build_add_param(lh_build *b, lh_module *m, const char *name, int ndim,
@@ -184,10 +186,8 @@ lh_status lh_build_chain_norm(lh_build *b, lh_module *layer, lh_module *next_nor
 lh_status lh_build_tie_weights(lh_build *b, lh_module *dst, lh_module *src);
 lh_status lh_build_fail(lh_build *b, lh_status code, const char *fmt, ...) LH_PRINTF(3, 4);
 lh_status lh_build_status(lh_build *b);
-lh_status lh_build_decoder_lm(lh_build *b, const lh_model_config *cfg,
-                              const lh_decoder_spec *spec);
-/* The variant build_decoder_lm recorded for m's tree, every field filled (defaults where the
- * plugin's struct_size ended earlier); NULL when the tree was not built by build_decoder_lm. */
-const lh_decoder_spec *lh_model_decoder_spec(const lh_model *m);
+/* The attention spec a module was registered with (add_attention, normalized), NULL for
+ * other modules. */
+const lh_attention_spec *lh_model_attention_spec(const lh_model *m, const char *module_name);
 
 #endif

@@ -554,8 +554,16 @@ lh_status lh_model_build(const lh_host_api *api, const lh_model_provider *prov,
     if (!api || !prov || !cfg || !out)
         return lh_err_set(err, LH_E_USAGE, "lh_model_build: NULL argument");
     const char *pname = prov->name ? prov->name : "(unnamed provider)";
-    if (!prov->construct)
+    if (!prov->ops || !prov->ops->construct)
         return lh_err_set(err, LH_E_USAGE, "%s: provider has no constructor", pname);
+    if (prov->ops->check_config) {
+        lh_err ce = {0};
+        lh_status cst = prov->ops->check_config(api, cfg, &ce);
+        if (cst != LH_OK)
+            return lh_err_set(err, cst, "%s: %s", pname,
+                              ce.msg[0] ? ce.msg : "the plugin refused the config without "
+                                                   "saying why");
+    }
     lh_dtype dtype = weight_dtype(cfg, rc);
     if (lh_k_dtype_bits(dtype) == 0)
         return lh_err_set(err, LH_E_CONFIG, "%s: invalid weight dtype %d", pname, (int)dtype);
@@ -576,7 +584,7 @@ lh_status lh_model_build(const lh_host_api *api, const lh_model_provider *prov,
     m->max_seq_len = lh_run_max_seq_len(rc, &cfg->geo); /* what the engine's cache will hold */
     m->max_batch_size = rc && rc->max_batch_size > 0 ? rc->max_batch_size : 1;
 
-    lh_status st = prov->construct(api, m->b, cfg);
+    lh_status st = prov->ops->construct(api, m->b, cfg);
     lh_status bst = m->b->status;
     if (bst != LH_OK) {
         lh_err_set(err, bst, "%s: %s", pname, m->b->msg);
@@ -700,4 +708,12 @@ const char *lh_model_next_norm(const lh_model *m, const char *layer_name)
         return NULL;
     const lh_module *x = lh_tree_lookup(m->b, layer_name);
     return x && x->next_norm ? x->next_norm->name : NULL;
+}
+
+const lh_attention_spec *lh_model_attention_spec(const lh_model *m, const char *module_name)
+{
+    if (!m || !module_name)
+        return NULL;
+    const lh_module *x = lh_tree_lookup(m->b, module_name);
+    return x && x->kind == LH_MOD_ATTENTION ? x->attn : NULL;
 }

@@ -96,7 +96,7 @@ lh_status lh_model_apply_quant(lh_model *m, const lh_quant_config *qc, lh_err *e
     m->quantized_linears = 0;
 
     for (lh_module *x = lh_tree_next(b->root); x && st == LH_OK; x = lh_tree_next(x)) {
-        if (x->kind != LH_MOD_LINEAR)
+        if (x->kind != LH_MOD_LINEAR && x->kind != LH_MOD_HEAD)
             continue;
         bool excluded = false;
         for (size_t i = 0; i < n_excl; i++)

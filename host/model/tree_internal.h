@@ -1,6 +1,5 @@
 /* Private to host/model: the module tree's data structures, shared by module_tree.c (tree,
- * arena, indexes, model lifecycle and inspection), blocks.c (building blocks), decoder_lm.c,
- * quant_apply.c and memory_plan.c.
+ * arena, indexes, model lifecycle and inspection), blocks.c (building blocks), quant_apply.c and memory_plan.c.
  *
  * Memory: every byte the tree occupies comes from the build's arena (nodes, names, params,
  * attention specs) or from two tracked side tables (the name index and the attention-layer
@@ -90,10 +89,6 @@ struct lh_build {
     lh_attn_slot *attn_slots;
     size_t attn_slots_cap, attn_slots_used;
     int64_t bytes_now, bytes_peak;
-    /* build_decoder_lm's variant (complete: fields a plugin's struct_size did not cover hold
-     * their defaults); has_decoder_spec is false for trees built otherwise */
-    bool has_decoder_spec;
-    lh_decoder_spec decoder_spec;
 };
 
 struct lh_model {

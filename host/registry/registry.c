@@ -492,6 +492,7 @@ lh_status lh_registry_register(lh_module_rec *mod, lh_kind kind, const void *pro
     size_t min_size = kind == LH_KIND_DRAFT            ? sizeof(lh_draft_provider)
                       : kind == LH_KIND_ATTENTION_BACKEND ? offsetof(lh_attn_backend_provider, ops)
                                                           : offsetof(lh_model_provider, check_runtime);
+    /* (ABI 3.0 model providers end with check_runtime; the size check above covers ops) */
     if (given_size < min_size) {
         lh_log(LH_LOG_ERROR, "%s: %s provider struct_size %u is below the minimum %zu",
                mod->path, lh_kind_name(kind), given_size, min_size);
@@ -504,12 +505,17 @@ lh_status lh_registry_register(lh_module_rec *mod, lh_kind kind, const void *pro
     const char *name = kind == LH_KIND_DRAFT ? e->p.draft.mode
                        : kind == LH_KIND_ATTENTION_BACKEND ? e->p.attn.name
                                                            : e->p.model.name;
-    bool fn_ok = kind == LH_KIND_DRAFT ? e->p.draft.construct != NULL
-                 : kind == LH_KIND_ATTENTION_BACKEND ? true
-                                                     : e->p.model.construct != NULL;
+    const lh_model_ops *ops = kind == LH_KIND_DRAFT ? e->p.draft.ops
+                              : kind == LH_KIND_ATTENTION_BACKEND ? NULL
+                                                                  : e->p.model.ops;
+    /* ops must cover construct..destroy as this SDK defines them (append-only later) */
+    bool fn_ok = kind == LH_KIND_ATTENTION_BACKEND ||
+                 (ops && ops->struct_size >= offsetof(lh_model_ops, destroy) + sizeof ops->destroy &&
+                  ops->construct && (!ops->forward) == (!ops->bind));
     if (!name || !*name || !fn_ok) {
         lh_log(LH_LOG_ERROR, "%s: %s provider without %s", mod->path, lh_kind_name(kind),
-               !fn_ok ? "a construct function" : "a name");
+               !fn_ok ? "a complete lh_model_ops (construct; bind and forward together)"
+                      : "a name");
         free(e);
         return LH_E_USAGE;
     }

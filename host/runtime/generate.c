@@ -67,14 +67,14 @@ static lh_attn_step make_step(const step_buf *b, int64_t n_tokens, int64_t n_seq
     return s;
 }
 
-static lh_status check_tokens(const lh_decoder *d, const int32_t *t, int64_t n, int64_t seq,
+static lh_status check_tokens(const lh_runner *d, const int32_t *t, int64_t n, int64_t seq,
                               lh_err *err)
 {
     for (int64_t i = 0; i < n; i++)
-        if (t[i] < 0 || t[i] >= d->vocab)
+        if (t[i] < 0 || t[i] >= lh_runner_vocab(d))
             return lh_err_set(err, LH_E_USAGE, "sequence %lld: token %lld is id %d, outside the "
                               "vocabulary [0, %lld)", (long long)seq, (long long)i, t[i],
-                              (long long)d->vocab);
+                              (long long)lh_runner_vocab(d));
     return LH_OK;
 }
 
@@ -91,22 +91,22 @@ static lh_status pick(lh_kctx *kctx, const lh_tensor *logits, int32_t *ids, lh_e
 
 /* A paged KV pool smaller than the batch's whole need is refused before the first step,
  * not discovered midway (the numbers say how much is missing). */
-static lh_status check_pool(const lh_decoder *d, const int64_t *lens, int64_t n_seqs,
+static lh_status check_pool(const lh_runner *d, const int64_t *lens, int64_t n_seqs,
                             int64_t extra, lh_err *err)
 {
-    if (!d->kv)
+    if (!lh_runner_kv(d))
         return LH_OK;
-    const lh_kv_plan *p = lh_kv_cache_plan(d->kv);
+    const lh_kv_plan *p = lh_kv_cache_plan(lh_runner_kv(d));
     int64_t need = 0;
     for (int64_t s = 0; s < n_seqs; s++)
         need += (lens[s] + extra + p->block_size - 1) / p->block_size;
-    if (need > lh_kv_cache_free_blocks(d->kv))
+    if (need > lh_kv_cache_free_blocks(lh_runner_kv(d)))
         return lh_err_set(err, LH_E_UNSUPPORTED, "the KV cache cannot hold this request: it "
                           "needs %lld blocks of %lld tokens (%lld sequence%s), the pool has %lld "
                           "free of %lld (sized by %s); raise kv_cache.max_tokens / "
                           "memory_fraction or send fewer tokens", (long long)need,
                           (long long)p->block_size, (long long)n_seqs, n_seqs == 1 ? "" : "s",
-                          (long long)lh_kv_cache_free_blocks(d->kv), (long long)p->num_blocks,
+                          (long long)lh_kv_cache_free_blocks(lh_runner_kv(d)), (long long)p->num_blocks,
                           p->sized_by);
     return LH_OK;
 }
@@ -234,7 +234,7 @@ static bool cancel_requested(const atomic_bool *cancel)
     return cancel && atomic_load_explicit(cancel, memory_order_acquire);
 }
 
-lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
+lh_status lh_generate(lh_runner *d, lh_kctx *kctx, const lh_generate_params *p,
                       const int32_t *const *prompts, const int64_t *lens, int64_t n_seqs,
                       int32_t *out, int64_t *out_lens, lh_stop_reason *stop,
                       lh_generate_stats *stats, lh_err *err)
@@ -243,7 +243,7 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
                                    stats, NULL, err);
 }
 
-lh_status lh_generate_cancellable(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
+lh_status lh_generate_cancellable(lh_runner *d, lh_kctx *kctx, const lh_generate_params *p,
                                   const int32_t *const *prompts, const int64_t *lens,
                                   int64_t n_seqs, int32_t *out, int64_t *out_lens,
                                   lh_stop_reason *stop, lh_generate_stats *stats,
@@ -261,9 +261,9 @@ lh_status lh_generate_cancellable(lh_decoder *d, lh_kctx *kctx, const lh_generat
     if (n_seqs <= 0)
         return lh_err_set(err, LH_E_USAGE, "generate: %lld sequences, %lld new tokens",
                           (long long)n_seqs, (long long)max_new);
-    if (n_seqs > d->max_seqs)
+    if (n_seqs > lh_runner_max_seqs(d))
         return lh_err_set(err, LH_E_USAGE, "generate: %lld sequences, but max_batch_size is %lld",
-                          (long long)n_seqs, (long long)d->max_seqs);
+                          (long long)n_seqs, (long long)lh_runner_max_seqs(d));
     int64_t total = 0;
     for (int64_t s = 0; s < n_seqs; s++) {
         if (lens[s] <= 0)
@@ -274,11 +274,11 @@ lh_status lh_generate_cancellable(lh_decoder *d, lh_kctx *kctx, const lh_generat
             return st;
         /* refuse up front what would fail max_new steps later */
         /* compared without forming lens + max_new, which could overflow */
-        if (max_new - (max_new > 0) > d->max_seq_len - lens[s])
+        if (max_new - (max_new > 0) > lh_runner_max_seq_len(d) - lens[s])
             return lh_err_set(err, LH_E_USAGE, "generate: sequence %lld needs its prompt of %lld "
                               "tokens + %lld new (the last one is not cached), more than "
                               "max_seq_len %lld (raise --max-seq-len or lower -n)", (long long)s,
-                              (long long)lens[s], (long long)max_new, (long long)d->max_seq_len);
+                              (long long)lens[s], (long long)max_new, (long long)lh_runner_max_seq_len(d));
         total += lens[s];
     }
     st0 = check_pool(d, lens, n_seqs, max_new - (max_new > 0), err);
@@ -348,7 +348,7 @@ lh_status lh_generate_cancellable(lh_decoder *d, lh_kctx *kctx, const lh_generat
     if (st == LH_OK && cancel_requested(cancel))
         cancel_at = 0; /* before the prefill: nothing produced */
     if (st == LH_OK && cancel_at < 0) {
-        st = lh_decoder_forward_dev(d, kctx, &step, b.tokens, b.out_rows, n_seqs, &b.logits,
+        st = lh_runner_forward_dev(d, kctx, &step, b.tokens, b.out_rows, n_seqs, &b.logits,
                                     err);
         if (st == LH_OK)
             st = choose(kctx, &c, &b.logits, seq, 0, b.tokens, err);
@@ -408,7 +408,7 @@ lh_status lh_generate_cancellable(lh_decoder *d, lh_kctx *kctx, const lh_generat
         if (n == 0)
             break;
         step = make_step(&b, n, n);
-        st = lh_decoder_forward_dev(d, kctx, &step, b.tokens, b.out_rows, n, &b.logits, err);
+        st = lh_runner_forward_dev(d, kctx, &step, b.tokens, b.out_rows, n, &b.logits, err);
         if (st == LH_OK)
             st = choose(kctx, &c, &b.logits, seq, k, b.tokens, err);
         if (st == LH_OK) {
@@ -432,7 +432,7 @@ lh_status lh_generate_cancellable(lh_decoder *d, lh_kctx *kctx, const lh_generat
             if (!done[s] && cancel_at < max_new)
                 stop[s] = LH_STOP_CANCELLED;
     for (int64_t s = 0; s < n_seqs; s++)
-        lh_decoder_release(d, s);
+        lh_runner_release(d, s);
     if (c.hist)
         for (int64_t s = 0; s < n_seqs; s++)
             free(c.hist[s]);
@@ -448,7 +448,7 @@ lh_status lh_generate_cancellable(lh_decoder *d, lh_kctx *kctx, const lh_generat
     return st;
 }
 
-lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const *prompts,
+lh_status lh_generate_greedy(lh_runner *d, lh_kctx *kctx, const int32_t *const *prompts,
                              const int64_t *lens, int64_t n_seqs, int64_t max_new, int32_t *out,
                              lh_generate_stats *stats, lh_err *err)
 {
@@ -464,13 +464,13 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
     return lh_generate(d, kctx, &p, prompts, lens, n_seqs, out, NULL, NULL, stats, err);
 }
 
-lh_status lh_sequence_logits(lh_decoder *d, lh_kctx *kctx, const int32_t *tokens, int64_t n,
+lh_status lh_sequence_logits(lh_runner *d, lh_kctx *kctx, const int32_t *tokens, int64_t n,
                              float *logits, lh_err *err)
 {
     if (n <= 0)
         return lh_err_set(err, LH_E_USAGE, "logits: empty token list");
     lh_status st = check_tokens(d, tokens, n, 0, err);
-    if (st == LH_OK && n <= d->max_seq_len)
+    if (st == LH_OK && n <= lh_runner_max_seq_len(d))
         st = check_pool(d, &n, 1, 0, err);
     if (st != LH_OK)
         return st;
@@ -489,8 +489,8 @@ lh_status lh_sequence_logits(lh_decoder *d, lh_kctx *kctx, const int32_t *tokens
     lh_attn_step step = {.struct_size = sizeof step, .n_tokens = n, .n_seqs = 1,
                          .positions = positions, .token_start = &start, .n_new = &n,
                          .ctx_len = &ctx, .slot = &slot};
-    st = lh_decoder_forward(d, kctx, &step, tokens, rows, n, logits, err);
-    lh_decoder_release(d, 0);
+    st = lh_runner_forward(d, kctx, &step, tokens, rows, n, logits, err);
+    lh_runner_release(d, 0);
     free(positions);
     free(rows);
     return st;

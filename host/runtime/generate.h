@@ -1,8 +1,8 @@
-/* Internal: greedy generation and full-sequence logits over an lh_decoder. */
+/* Internal: greedy generation and full-sequence logits over an lh_runner. */
 #ifndef LH_RUNTIME_GENERATE_H
 #define LH_RUNTIME_GENERATE_H
 
-#include "decoder.h"
+#include "runner.h"
 #include "llmhost.h"
 
 #include <stdatomic.h>
@@ -14,7 +14,7 @@
  * errors, LH_E_NOMEM.
  * stats (may be NULL) is reset on entry (its struct_size kept) and receives the timings of
  * the phases that ran, as llmhost.h describes for lh_engine_last_stats (CLOCK_MONOTONIC). */
-lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const *prompts,
+lh_status lh_generate_greedy(lh_runner *d, lh_kctx *kctx, const int32_t *const *prompts,
                              const int64_t *lens, int64_t n_seqs, int64_t max_new, int32_t *out,
                              lh_generate_stats *stats, lh_err *err);
 
@@ -30,7 +30,7 @@ lh_status lh_generate_greedy(lh_decoder *d, lh_kctx *kctx, const int32_t *const 
  * when struct_size covers it) is cleared on entry, and a sequence whose flag on_step set
  * leaves the batch with LH_STOP_CALLBACK (LH_STOP_EOS wins on a stop id). Errors: as
  * lh_generate_greedy, plus LH_E_USAGE for the parameters. */
-lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
+lh_status lh_generate(lh_runner *d, lh_kctx *kctx, const lh_generate_params *p,
                       const int32_t *const *prompts, const int64_t *lens, int64_t n_seqs,
                       int32_t *out, int64_t *out_lens, lh_stop_reason *stop,
                       lh_generate_stats *stats, lh_err *err);
@@ -40,7 +40,7 @@ lh_status lh_generate(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
  * (lh_engine_cancel); the sequences still running then end with LH_STOP_CANCELLED and keep
  * the tokens produced so far, and the call returns LH_OK, exactly as when on_step returns
  * false. The flag is only read, never cleared. */
-lh_status lh_generate_cancellable(lh_decoder *d, lh_kctx *kctx, const lh_generate_params *p,
+lh_status lh_generate_cancellable(lh_runner *d, lh_kctx *kctx, const lh_generate_params *p,
                                   const int32_t *const *prompts, const int64_t *lens,
                                   int64_t n_seqs, int32_t *out, int64_t *out_lens,
                                   lh_stop_reason *stop, lh_generate_stats *stats,
@@ -48,7 +48,7 @@ lh_status lh_generate_cancellable(lh_decoder *d, lh_kctx *kctx, const lh_generat
 
 /* Logits of every position of one sequence, [n, vocab] row-major, in one prefill step
  * (slot 0, released afterwards). */
-lh_status lh_sequence_logits(lh_decoder *d, lh_kctx *kctx, const int32_t *tokens, int64_t n,
+lh_status lh_sequence_logits(lh_runner *d, lh_kctx *kctx, const int32_t *tokens, int64_t n,
                              float *logits, lh_err *err);
 
 #endif

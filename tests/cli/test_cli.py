@@ -17,6 +17,19 @@ import tempfile
 import time
 import unittest
 
+
+def _host_abi():
+    """The host's plugin ABI "MAJOR.MINOR", read from the SDK header the build used."""
+    root = os.environ.get("LH_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
+    text = open(os.path.join(root, "plugin_api", "lh_plugin.h")).read()
+    major = re.search(r"#define LH_PLUGIN_ABI_MAJOR (\d+)", text).group(1)
+    minor = re.search(r"#define LH_PLUGIN_ABI_MINOR (\d+)", text).group(1)
+    return major, minor
+
+
+ABI_MAJOR, ABI_MINOR = _host_abi()
+HOST_ABI = ABI_MAJOR + "." + ABI_MINOR
+
 EXE = os.environ.get("LH_LLMHOST_EXE", "")
 FIXTURES = os.environ.get("LH_FIXTURES", "")
 TEST_PLUGINS = os.environ.get("LH_TEST_PLUGINS", "")
@@ -237,12 +250,12 @@ class TestCommands(CliTestCase):
     def test_version_shows_abi(self):
         rc, out, err = cli("version")
         self.assertEqual(rc, 0, err)
-        self.assertRegex(out, r"^llmhost \S+ \(plugin ABI 2\.1\)$")
+        self.assertRegex(out, r"^llmhost \S+ \(plugin ABI " + re.escape(HOST_ABI) + r"\)$")
 
     def test_version_flag(self):
         rc, out, err = cli("--version")
         self.assertEqual(rc, 0, err)
-        self.assertIn("plugin ABI 2.1", out)
+        self.assertIn("plugin ABI " + HOST_ABI, out)
 
     def test_unknown_command_exits_2(self):
         rc, out, err = cli("frobnicate")
@@ -334,7 +347,7 @@ class TestCommands(CliTestCase):
         self.assertEqual(realpath(so), realpath(os.path.join(BUILTIN_PLUGINS, "libmodel_llama.so")))
         self.assertEqual(j["origin"], "builtin")
         self.assertEqual(j["loaded_plugins"], [so])
-        self.assertEqual(j["plugin"]["abi"], "2.1")
+        self.assertEqual(j["plugin"]["abi"], HOST_ABI)
 
     def test_resolve_model_dir_and_config_path_agree(self):
         a = self.ok_json("resolve", cfg("llama-3.1-8b"), "--json")
@@ -519,6 +532,13 @@ class TestErrorClasses(CliTestCase):
         self.assert_error(cli("resolve", cfg("bad/missing-architectures")), 3, "config-error",
                           "'architectures'", "missing-architectures")
 
+    def test_config_missing_field_the_architecture_needs(self):
+        # which fields a family requires is its plugin's rule (the Llama family's here): the
+        # plugin's constructor names the first one missing, after resolution
+        self.assert_error(cli("explain", cfg("bad/missing-vocab-size")), 3, "config-error",
+                          "missing required field 'vocab_size' for a decoder model "
+                          "(architecture LlamaForCausalLM)")
+
     def test_config_empty_architectures(self):
         self.assert_error(cli("explain", cfg("bad/empty-architectures")), 3, "config-error",
                           "'architectures'")
@@ -586,14 +606,14 @@ class TestErrorClasses(CliTestCase):
         self.assert_error(cli("resolve", self.arch_model("AbiForCausalLM"),
                               "--custom-module-dir", d),
                           8, "abi-mismatch", os.path.join(d, "libmodel_tp_abi_major.so"),
-                          "1.0", "2.1")
+                          "1.0", HOST_ABI)
 
     def test_abi_minor_too_new(self):
         d = self.plugin_dir("c", ["tp_abi_minor"],
                             [("model", "AbiForCausalLM", "libmodel_tp_abi_minor.so")])
         self.assert_error(cli("resolve", self.arch_model("AbiForCausalLM"),
                               "--custom-module-dir", d),
-                          8, "abi-mismatch", "2.99", "2.1")
+                          8, "abi-mismatch", ABI_MAJOR + ".99", HOST_ABI)
 
     def test_insecure_group_writable_plugin(self):
         d = self.plugin_dir("c", ["tp_alpha"], [("model", "AlphaForCausalLM", "libmodel_tp_alpha.so")],

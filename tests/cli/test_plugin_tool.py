@@ -15,6 +15,7 @@ LH_SOURCE_ROOT. Prints one line `LH-TEST-SUMMARY passed=P failed=F skipped=S` at
 """
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -25,7 +26,8 @@ import time
 import unittest
 
 import test_cli  # the CLI helpers (environment, running llmhost) and the suite runner
-from test_cli import base_env, tp  # noqa: F401  (base_env: tests that spawn llmhost themselves)
+
+from test_cli import ABI_MAJOR, ABI_MINOR, HOST_ABI, base_env, tp  # noqa: F401  (base_env: tests that spawn llmhost themselves)
 
 EXE = os.environ.get("LH_LLMHOST_EXE", "")
 TEST_PLUGINS = os.environ.get("LH_TEST_PLUGINS", "")
@@ -105,7 +107,7 @@ class PluginToolTest(unittest.TestCase):
     def test_good_plugin_json(self):
         j, p = self.one_plugin(tp("tp_alpha"), 0, "ok")
         self.assertEqual(j["path"], os.path.realpath(tp("tp_alpha")))
-        self.assertEqual(j["host_abi"], "2.1")
+        self.assertEqual(j["host_abi"], HOST_ABI)
         self.assertEqual(j["problems"], [])
         self.assertNotIn("index", j)
         self.assertEqual(p["file"], "libmodel_tp_alpha.so")
@@ -113,7 +115,7 @@ class PluginToolTest(unittest.TestCase):
         self.assertEqual(p["version"], "0.0.1")
         self.assertEqual(p["outcome"], "ok")
         self.assertIsNone(p["error"])
-        self.assertEqual(p["abi"], {"plugin": "2.1", "major": 2, "minor": 1, "host": "2.1",
+        self.assertEqual(p["abi"], {"plugin": HOST_ABI, "major": int(ABI_MAJOR), "minor": int(ABI_MINOR), "host": HOST_ABI,
                                     "compatible": True})
         self.assertEqual(p["security"], {"ok": True, "waived": False, "message": None})
         self.assertEqual(p["registers"], [{"kind": "model", "name": "AlphaForCausalLM"},
@@ -124,7 +126,7 @@ class PluginToolTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertIn("libmodel_tp_alpha.so: ok\n", out)
         self.assertIn("  plugin    model_tp_alpha 0.0.1\n", out)
-        self.assertIn("  ABI       2.1 (host 2.1: compatible)\n", out)
+        self.assertIn("  ABI       %s (host %s: compatible)\n" % (HOST_ABI, HOST_ABI), out)
         self.assertIn("  security  ok\n", out)
         self.assertIn("  registers model AlphaForCausalLM\n            model SharedForCausalLM\n",
                       out)
@@ -220,14 +222,14 @@ class PluginToolTest(unittest.TestCase):
 
     def test_abi_mismatch_shows_both(self):
         _, p = self.one_plugin(tp("tp_abi_major"), 8, "abi-mismatch")
-        self.assertEqual(p["abi"], {"plugin": "1.0", "major": 1, "minor": 0, "host": "2.1",
+        self.assertEqual(p["abi"], {"plugin": "1.0", "major": 1, "minor": 0, "host": HOST_ABI,
                                     "compatible": False})
         self.assertIn("ABI 1.0", p["error"])
-        self.assertIn("ABI 2.1", p["error"])
+        self.assertIn("ABI " + HOST_ABI, p["error"])
         rc, out, _ = cli("plugin", "check", tp("tp_abi_major"))
-        self.assertIn("  ABI       1.0 (host 2.1: INCOMPATIBLE)\n", out)
+        self.assertIn("  ABI       1.0 (host %s: INCOMPATIBLE)\n" % HOST_ABI, out)
         _, p = self.one_plugin(tp("tp_abi_minor"), 8, "abi-mismatch")
-        self.assertEqual(p["abi"]["plugin"], "2.99")
+        self.assertEqual(p["abi"]["plugin"], ABI_MAJOR + ".99")
         self.assertFalse(p["abi"]["compatible"])
 
     def test_not_a_plugin(self):

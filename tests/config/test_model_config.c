@@ -109,7 +109,6 @@ static void test_llama31_8b(void)
     CU_ASSERT_FALSE(g->has_draft_vocab_size);
     CU_ASSERT_PTR_NOT_NULL(strstr(cfg->path, "llama-3.1-8b/config.json"));
     CU_ASSERT_PTR_NOT_NULL(strstr(cfg->dir, "llama-3.1-8b"));
-    CU_ASSERT_EQUAL(lh_model_config_require_decoder(cfg, NULL), LH_OK);
     lh_model_config_free(cfg);
 }
 
@@ -480,40 +479,6 @@ static void test_io_errors(void)
     CU_ASSERT_EQUAL(lh_model_config_load(p, NULL, NULL), LH_E_USAGE);
 }
 
-static void test_require_decoder(void)
-{
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/configs/bad/missing-vocab-size", lh_test_env("LH_FIXTURES"));
-    lh_model_config *cfg = NULL;
-    lh_err err = {0};
-    CU_ASSERT_EQUAL(lh_model_config_load(p, &cfg, &err), LH_OK);
-    if (!cfg)
-        return;
-    CU_ASSERT_EQUAL(lh_model_config_require_decoder(cfg, &err), LH_E_CONFIG);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "config.json: missing required field 'vocab_size' "
-                                           "for a decoder model (architecture LlamaForCausalLM)"));
-    lh_model_config_free(cfg);
-
-    /* the first missing one is named, in the documented order */
-    cfg = parse_ok("{\"architectures\": [\"X\"], \"vocab_size\": 10}");
-    if (cfg) {
-        CU_ASSERT_EQUAL(lh_model_config_require_decoder(cfg, &err), LH_E_CONFIG);
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "'hidden_size'"));
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "architecture X"));
-        lh_model_config_free(cfg);
-    }
-    cfg = parse_ok("{\"hidden_size\": 8, \"intermediate_size\": 8, \"num_hidden_layers\": 1, "
-                   "\"vocab_size\": 10}");
-    if (cfg) {
-        CU_ASSERT_EQUAL(lh_model_config_require_decoder(cfg, &err), LH_E_CONFIG);
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "'num_attention_heads'"));
-        lh_model_config_free(cfg);
-    }
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* rules, from text */
-
 static void test_syntax_line_column(void)
 {
     EXPECT_ERR("{\n  \"a\": 1,\n  \"b\" 2\n}", LH_E_CONFIG, "test.json:3:7: JSON syntax error:",
@@ -813,7 +778,6 @@ static void test_parse_usage(void)
     }
     lh_model_config_free(cfg);
     lh_model_config_free(NULL);
-    CU_ASSERT_EQUAL(lh_model_config_require_decoder(NULL, NULL), LH_E_USAGE);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -933,7 +897,6 @@ static CU_TestInfo bad_fixture_tests[] = {
     {"root not an object", test_bad_not_object},
     {"rope_scaling factor", test_bad_rope_factor},
     {"io errors", test_io_errors},
-    {"require_decoder", test_require_decoder},
     CU_TEST_INFO_NULL,
 };
 

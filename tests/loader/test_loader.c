@@ -17,7 +17,8 @@ static char *broken_builtin(fx *f)
                        PLUGINS("libmodel_tp_alpha.so", "libmodel_tp_missingdep.so",
                                "libmodel_tp_undef.so", "libmodel_tp_noentry.so",
                                "libmodel_tp_badmagic.so", "libmodel_tp_abi_major.so",
-                               "libmodel_tp_abi_minor.so", "libmodel_tp_initfail.so",
+                               "libmodel_tp_abi_minor.so", "libmodel_tp_layout.so",
+                               "libmodel_tp_initfail.so",
                                "libmodel_tp_empty.so", "libmodel_tp_target.so",
                                "libattn_tp_backend.so"),
                        ROWS("model AlphaForCausalLM libmodel_tp_alpha.so",
@@ -30,6 +31,7 @@ static char *broken_builtin(fx *f)
                             "model MagicForCausalLM libmodel_tp_badmagic.so",
                             "model AbiForCausalLM libmodel_tp_abi_major.so",
                             "model AbiMinorForCausalLM libmodel_tp_abi_minor.so",
+                            "model LayoutForCausalLM libmodel_tp_layout.so",
                             "model FailForCausalLM libmodel_tp_initfail.so",
                             "model NotThereForCausalLM libmodel_tp_alpha.so",
                             "model EmptyForCausalLM libmodel_tp_empty.so",
@@ -155,17 +157,30 @@ static void test_bad_magic(void)
     check_load_case(&c);
 }
 
+/* the host's ABI as the messages print it, "MAJOR.MINOR" */
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#define HOST_ABI STR(LH_PLUGIN_ABI_MAJOR) "." STR(LH_PLUGIN_ABI_MINOR)
+
 static void test_abi_major(void)
 {
     load_case c = {"AbiForCausalLM", "libmodel_tp_abi_major.so", LH_E_ABI, 1,
-                   {"1.0", "2.1", NULL}};
+                   {"1.0", HOST_ABI, NULL}};
     check_load_case(&c);
 }
 
 static void test_abi_minor(void)
 {
     load_case c = {"AbiMinorForCausalLM", "libmodel_tp_abi_minor.so", LH_E_ABI, 1,
-                   {"2.99", "2.1", NULL}};
+                   {STR(LH_PLUGIN_ABI_MAJOR) ".99", HOST_ABI, NULL}};
+    check_load_case(&c);
+}
+
+/* a layout constant that differs (LH_MAX_DIMS 8) is refused before init, naming it */
+static void test_layout_constant(void)
+{
+    load_case c = {"LayoutForCausalLM", "libmodel_tp_layout.so", LH_E_ABI, 1,
+                   {"LH_MAX_DIMS = 8", "host has 4", NULL}};
     check_load_case(&c);
 }
 
@@ -239,7 +254,7 @@ static void test_index_drift(void)
         EXPECT_STATUS(st, LH_E_INDEX_DRIFT, err);
         EXPECT_HAS(err.msg, "'NotThereForCausalLM' is provided by libmodel_tp_alpha.so");
         EXPECT_HAS(err.msg, "did not register it");
-        EXPECT_HAS(err.msg, "arch_index.tsv:14"); /* the stale row */
+        EXPECT_HAS(err.msg, "arch_index.tsv:15"); /* the stale row */
         EXPECT_LACKS(err.msg, "unknown");
         /* the plugin itself loaded fine and serves what it does register */
         CU_ASSERT_EQUAL(reg.dlopen_calls, 1);
@@ -377,7 +392,7 @@ static void test_lazy(void)
         CU_ASSERT_EQUAL(reg.n_modules, 0);
         size_t n = 0;
         const char **names = lh_registry_known_names(&reg, LH_KIND_MODEL, &n);
-        CU_ASSERT_EQUAL(n, 16);
+        CU_ASSERT_EQUAL(n, 17);
         /* sorted */
         for (size_t i = 1; i < n; i++)
             CU_ASSERT_TRUE(strcmp(names[i - 1], names[i]) < 0);
@@ -666,6 +681,7 @@ static CU_TestInfo class_tests[] = {
     {"bad magic", test_bad_magic},
     {"ABI major", test_abi_major},
     {"ABI minor too new", test_abi_minor},
+    {"layout constant differs", test_layout_constant},
     {"group-writable file", test_group_writable},
     {"world-writable file", test_world_writable},
     {"init failure", test_init_failure},

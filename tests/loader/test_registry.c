@@ -762,7 +762,7 @@ static void test_draft_modes(void)
         const lh_reg_entry *e = ensure_ok(&t.reg, LH_KIND_DRAFT, "eagle3");
         if (e) {
             CU_ASSERT_STRING_EQUAL(e->p.draft.mode, "eagle3");
-            CU_ASSERT_PTR_NOT_NULL(e->p.draft.construct);
+            CU_ASSERT_PTR_NOT_NULL(e->p.draft.ops && e->p.draft.ops->construct);
             CU_ASSERT_TRUE(names_of_equal(e->module, LH_KIND_DRAFT, ROWS("eagle3", "mtp")));
             CU_ASSERT_TRUE(names_of_equal(e->module, LH_KIND_VISION_ENCODER,
                                           ROWS("AlphaVisionModel")));

@@ -1,4 +1,6 @@
-/* Module tree, building blocks, decoder LM, quant config, memory plan, built-in model plugins. */
+/* Module tree, building blocks, the Llama tree through the API table, quant config, memory
+ * plan, built-in model plugins. */
+#include "llama_tree.h"
 #include "runner.h"
 
 #include "config/model_config.h"
@@ -47,7 +49,7 @@ static lh_status t_init_fail(lh_plugin_ctx *ctx, const char *fmt, ...)
 static lh_status t_register_model(lh_plugin_ctx *ctx, const lh_model_provider *p)
 {
     test_ctx *t = (test_ctx *)(void *)ctx;
-    if (!p || !p->name || !p->construct || t->n == 8)
+    if (!p || !p->name || !p->ops || !p->ops->construct || t->n == 8)
         return LH_E_USAGE;
     t->providers[t->n] = *p;
     snprintf(t->names[t->n], sizeof t->names[t->n], "%s", p->name);
@@ -76,14 +78,14 @@ static lh_host_api make_api(void)
     a.add_embedding = lh_build_add_embedding;
     a.add_linear = lh_build_add_linear;
     a.add_rmsnorm = lh_build_add_rmsnorm;
-    a.add_gated_mlp = lh_build_add_gated_mlp;
     a.add_attention = lh_build_add_attention;
+    a.add_mlp = lh_build_add_mlp;
+    a.add_head = lh_build_add_head;
     a.add_param = lh_build_add_param;
     a.chain_norm = lh_build_chain_norm;
     a.tie_weights = lh_build_tie_weights;
     a.build_fail = lh_build_fail;
     a.build_status = lh_build_status;
-    a.build_decoder_lm = lh_build_decoder_lm;
     return a;
 }
 
@@ -156,31 +158,34 @@ static lh_model_config *load_cfg(const char *fixture, const char *inline_json)
 
 /* ---- providers used by the tests ---- */
 
+/* The Llama family's tree (tests/support/llama_tree.c, a copy of what the built-in plugins
+ * build): plain (Llama, Mistral), with q/k/v bias (Qwen2), with q/k norm (Qwen3). */
 static lh_status construct_plain(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
 {
-    const lh_decoder_spec spec = {.struct_size = sizeof spec};
-    return api->build_decoder_lm(b, cfg, &spec);
+    return test_llama_tree(api, b, cfg, false, false);
 }
 
 static lh_status construct_qkv_bias(const lh_host_api *api, lh_build *b,
                                     const lh_model_config *cfg)
 {
-    const lh_decoder_spec spec = {.struct_size = sizeof spec, .qkv_bias = true};
-    return api->build_decoder_lm(b, cfg, &spec);
+    return test_llama_tree(api, b, cfg, true, false);
 }
 
 static lh_status construct_qk_norm(const lh_host_api *api, lh_build *b,
                                    const lh_model_config *cfg)
 {
-    const lh_decoder_spec spec = {.struct_size = sizeof spec, .qk_norm = true};
-    return api->build_decoder_lm(b, cfg, &spec);
+    return test_llama_tree(api, b, cfg, false, true);
 }
 
+/* Tree-only providers: no bind or forward, the tests stop at the memory plan. */
 static lh_model *build_with(lh_model_construct_fn fn, const lh_model_config *cfg,
                             const lh_run_config *rc, lh_status *st_out, lh_err *err)
 {
     lh_host_api api = make_api();
-    lh_model_provider prov = {sizeof prov, "TestArch", fn, NULL};
+    /* ops outlive the provider, as the SDK asks (a static); the tests run one at a time */
+    static lh_model_ops ops;
+    ops = (lh_model_ops){.struct_size = sizeof ops, .construct = fn};
+    lh_model_provider prov = {sizeof prov, "TestArch", &ops, NULL};
     lh_model *m = NULL;
     lh_err local = {0};
     lh_status st = lh_model_build(&api, &prov, cfg, rc, &m, err ? err : &local);
@@ -287,11 +292,14 @@ static void test_llama31_8b(void)
     CU_ASSERT_EQUAL(info.bytes, 2 * 4096 * 4096);
     CU_ASSERT_EQUAL(info.quant, LH_QUANT_NONE);
     CU_ASSERT_TRUE(lh_model_find(m, "model.layers.3.mlp", &info));
-    CU_ASSERT_EQUAL(info.kind, LH_MOD_GATED_MLP);
+    CU_ASSERT_EQUAL(info.kind, LH_MOD_MLP); /* add_mlp: a container of the "mlp" group */
+    CU_ASSERT_EQUAL(info.n_params, 0);
     CU_ASSERT_TRUE(lh_model_find(m, "model.layers.0.input_layernorm", &info));
     CU_ASSERT_EQUAL(info.kind, LH_MOD_RMSNORM);
     CU_ASSERT_TRUE(lh_model_find(m, "model.embed_tokens", &info));
     CU_ASSERT_EQUAL(info.kind, LH_MOD_EMBEDDING);
+    CU_ASSERT_TRUE(lh_model_find(m, "lm_head", &info));
+    CU_ASSERT_EQUAL(info.kind, LH_MOD_HEAD); /* add_head: the "lm_head" group */
     CU_ASSERT_TRUE(lh_model_find(m, "model.layers", &info));
     CU_ASSERT_EQUAL(info.kind, LH_MOD_CONTAINER);
     CU_ASSERT_FALSE(lh_model_find(m, "model.layers.32", &info));
@@ -496,7 +504,10 @@ static void test_run_config_dtype_and_pool(void)
 /* ---- MLA ---- */
 
 static lh_attention_spec g_mla_spec;
+static int64_t g_mla_hidden;
 
+/* Two MLA layers as a DeepSeek plugin builds them: the host registers the geometry (and sizes
+ * the KV cache from the latent width), the plugin adds the projections under it. */
 static lh_status construct_mla(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
 {
     (void)cfg;
@@ -505,11 +516,13 @@ static lh_status construct_mla(const lh_host_api *api, lh_build *b, const lh_mod
     lh_module *l0 = api->add_container(b, layers, "0");
     lh_module *l1 = api->add_container(b, layers, "1");
     lh_attention_spec s = g_mla_spec;
-    api->add_attention(b, l0, "self_attn", &s);
+    lh_module *a0 = api->add_attention(b, l0, "self_attn", &s);
+    test_mla_projections(api, b, a0, g_mla_hidden, &s, 1e-6);
     s.layer_index = 1;
-    api->add_attention(b, l1, "self_attn", &s);
-    lh_module *in1 = api->add_rmsnorm(b, l1, "input_layernorm", s.hidden_size, 1e-6);
-    lh_module *norm = api->add_rmsnorm(b, root, "norm", s.hidden_size, 1e-6);
+    lh_module *a1 = api->add_attention(b, l1, "self_attn", &s);
+    test_mla_projections(api, b, a1, g_mla_hidden, &s, 1e-6);
+    lh_module *in1 = api->add_rmsnorm(b, l1, "input_layernorm", g_mla_hidden, 1e-6);
+    lh_module *norm = api->add_rmsnorm(b, root, "norm", g_mla_hidden, 1e-6);
     api->chain_norm(b, l0, in1);
     api->chain_norm(b, l1, norm);
     return api->build_status(b);
@@ -520,12 +533,11 @@ static lh_attention_spec deepseek_v3_spec(void)
     lh_attention_spec s;
     memset(&s, 0, sizeof s);
     s.struct_size = sizeof s;
-    s.hidden_size = 7168;
     s.num_heads = 128;
     s.num_kv_heads = 128;
     s.head_dim = 192;
-    s.norm_eps = 1e-6;
     s.mla = true;
+    s.has_q_lora_rank = true;
     s.q_lora_rank = 1536;
     s.kv_lora_rank = 512;
     s.qk_rope_head_dim = 64;
@@ -539,6 +551,7 @@ static void test_mla_deepseek_v3(void)
     lh_model_config *cfg = load_cfg(NULL, TINY);
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
     g_mla_spec = deepseek_v3_spec();
+    g_mla_hidden = 7168;
     lh_err err = {0};
     lh_status st;
     lh_model *m = build_with(construct_mla, cfg, NULL, &st, &err);
@@ -549,6 +562,17 @@ static void test_mla_deepseek_v3(void)
     CU_ASSERT_EQUAL(lh_model_plan(m, &p, &err), LH_OK);
     CU_ASSERT_EQUAL(p.kv_bytes_per_token, 2 * (512 + 64) * 4); /* f32 latent */
     CU_ASSERT_EQUAL(p.num_attention_layers, 2);
+    /* the attention table holds the geometry, normalized, for the backend */
+    CU_ASSERT_EQUAL(lh_model_attention_count(m), 2);
+    CU_ASSERT_STRING_EQUAL(lh_model_attention_lookup(m, "1"), "layers.1.self_attn");
+    const lh_attention_spec *rs = lh_model_attention_spec(m, "layers.1.self_attn");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(rs);
+    CU_ASSERT_TRUE(rs->mla);
+    CU_ASSERT_EQUAL(rs->layer_index, 1);
+    CU_ASSERT_EQUAL(rs->kv_lora_rank, 512);
+    CU_ASSERT_EQUAL(rs->qk_rope_head_dim, 64);
+    CU_ASSERT_EQUAL(rs->q_lora_rank, 1536);
+    CU_ASSERT_PTR_NULL(lh_model_attention_spec(m, "layers.1.self_attn.kv_b_proj"));
     const char *a = "layers.0.self_attn";
     char n[128];
 #define SHAPE(sub, param, nd, d0, d1)                                                          \
@@ -573,9 +597,11 @@ static void test_mla_deepseek_v3(void)
     lh_model_free(m);
 
     /* DeepSeek-V2-Lite: queries not compressed */
+    g_mla_spec.has_q_lora_rank = false;
     g_mla_spec.q_lora_rank = 0;
     g_mla_spec.num_heads = 16;
-    g_mla_spec.hidden_size = 2048;
+    g_mla_spec.num_kv_heads = 0; /* 0 means num_heads */
+    g_mla_hidden = 2048;
     m = build_with(construct_mla, cfg, NULL, &st, &err);
     CU_ASSERT_EQUAL_FATAL(st, LH_OK);
     CU_ASSERT(shape_is(m, "layers.1.self_attn.q_proj", "weight", 2, 16 * 192, 2048));
@@ -583,6 +609,10 @@ static void test_mla_deepseek_v3(void)
     CU_ASSERT_FALSE(lh_model_find(m, "layers.1.self_attn.q_a_proj", NULL));
     CU_ASSERT_EQUAL(lh_model_plan(m, &p, &err), LH_OK);
     CU_ASSERT_EQUAL(p.kv_bytes_per_token, 2 * 576 * 4);
+    rs = lh_model_attention_spec(m, "layers.0.self_attn");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(rs);
+    CU_ASSERT_EQUAL(rs->num_kv_heads, 16);
+    CU_ASSERT_FALSE(rs->has_q_lora_rank);
     lh_model_free(m);
     lh_model_config_free(cfg);
 #undef SHAPE
@@ -603,8 +633,10 @@ static const char *const DEEPSEEK_V2_LITE_GEOMETRY =
     "\"qk_rope_head_dim\":64,\"v_head_dim\":128,\"rms_norm_eps\":1e-06,"
     "\"torch_dtype\":\"bfloat16\"}";
 
-/* build_decoder_lm takes MLA attention from the geometry (kv_lora_rank present). DeepSeek's MoE
- * MLP is not built here (the MLP stays dense): only the attention part is checked. */
+/* MLA attention from the geometry (kv_lora_rank present): the test-local Llama tree builds it
+ * as build_decoder_lm did before ABI 3, so the memory plan of a DeepSeek config (the latent
+ * KV width per layer, the pool) stays checked. DeepSeek's MoE MLP is not built here (the MLP
+ * stays dense): only the attention part is checked. */
 static void test_mla_from_geometry(void)
 {
     lh_memory_plan p;
@@ -638,7 +670,6 @@ static lh_status construct_dups(const lh_host_api *api, lh_build *b, const lh_mo
     lh_attention_spec s;
     memset(&s, 0, sizeof s);
     s.struct_size = sizeof s;
-    s.hidden_size = 64;
     s.num_heads = 4;
     s.head_dim = 16;
     static const int64_t idx[] = {5, 6, 5, 5, 7};
@@ -693,7 +724,6 @@ static lh_attention_spec small_spec(void)
     lh_attention_spec s;
     memset(&s, 0, sizeof s);
     s.struct_size = sizeof s;
-    s.hidden_size = 64;
     s.num_heads = 4;
     s.num_kv_heads = 2;
     s.head_dim = 16;
@@ -774,6 +804,34 @@ static lh_status c_bad_mla_rope(const lh_host_api *api, lh_build *b)
 {
     lh_attention_spec s = deepseek_v3_spec();
     s.qk_rope_head_dim = -1;
+    api->add_attention(b, NULL, "attn", &s);
+    return api->build_status(b);
+}
+static lh_status c_bad_mla_q_lora(const lh_host_api *api, lh_build *b)
+{
+    lh_attention_spec s = deepseek_v3_spec();
+    s.q_lora_rank = 0; /* has_q_lora_rank says the queries are compressed */
+    api->add_attention(b, NULL, "attn", &s);
+    return api->build_status(b);
+}
+static lh_status c_bad_scale(const lh_host_api *api, lh_build *b)
+{
+    lh_attention_spec s = small_spec();
+    s.scale = NAN;
+    api->add_attention(b, NULL, "attn", &s);
+    return api->build_status(b);
+}
+static lh_status c_bad_rope_theta(const lh_host_api *api, lh_build *b)
+{
+    lh_attention_spec s = small_spec();
+    s.rope = true; /* rope_theta left 0 */
+    api->add_attention(b, NULL, "attn", &s);
+    return api->build_status(b);
+}
+static lh_status c_bad_chunk(const lh_host_api *api, lh_build *b)
+{
+    lh_attention_spec s = small_spec();
+    s.attention_chunk_size = -8;
     api->add_attention(b, NULL, "attn", &s);
     return api->build_status(b);
 }
@@ -864,10 +922,6 @@ static lh_status c_silent(const lh_host_api *api, lh_build *b)
     (void)b;
     return LH_E_UNSUPPORTED;
 }
-static lh_status c_decoder_missing(const lh_host_api *api, lh_build *b)
-{
-    return api->build_decoder_lm(b, NULL, NULL);
-}
 
 typedef struct err_case {
     const char *label;
@@ -891,6 +945,10 @@ static void test_build_errors(void)
         {"zero head dim", c_zero_head_dim, LH_E_USAGE, "head_dim 0"},
         {"mla kv_lora_rank", c_bad_mla, LH_E_USAGE, "kv_lora_rank"},
         {"mla rope", c_bad_mla_rope, LH_E_USAGE, "qk_rope_head_dim"},
+        {"mla q_lora_rank", c_bad_mla_q_lora, LH_E_USAGE, "q_lora_rank (0) > 0 where present"},
+        {"scale", c_bad_scale, LH_E_USAGE, "scale nan must be a finite value >= 0"},
+        {"rope_theta", c_bad_rope_theta, LH_E_USAGE, "rope_theta 0 must be a finite value > 0"},
+        {"chunk size", c_bad_chunk, LH_E_USAGE, "attention_chunk_size -8 must be >= 0"},
         {"spec size", c_spec_size, LH_E_USAGE, "struct_size"},
         {"NULL name", c_null_name, LH_E_USAGE, "NULL name"},
         {"empty name", c_empty_name, LH_E_USAGE, "empty name"},
@@ -905,7 +963,6 @@ static void test_build_errors(void)
         {"unchained layer", c_unchained, LH_E_CONFIG, "layer layers.1 has no next norm"},
         {"build_fail", c_fail, LH_E_UNSUPPORTED, "rope type weird is not supported"},
         {"silent failure", c_silent, LH_E_UNSUPPORTED, "without recording a message"},
-        {"decoder NULL config", c_decoder_missing, LH_E_USAGE, "NULL config"},
     };
     lh_model_config *cfg = load_cfg(NULL, TINY);
     CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
@@ -941,7 +998,7 @@ static lh_status c_sticky(const lh_host_api *api, lh_build *b)
     CU_ASSERT_PTR_NULL(api->add_linear(b, model, "fine", 4, 4, true));
     CU_ASSERT_PTR_NULL(api->add_rmsnorm(b, model, "n", 4, 1e-5));
     CU_ASSERT_PTR_NULL(api->add_embedding(b, model, "e", 4, 4));
-    CU_ASSERT_PTR_NULL(api->add_gated_mlp(b, model, "mlp", 4, 8));
+    CU_ASSERT_PTR_NULL(api->add_mlp(b, model, "mlp"));
     lh_attention_spec s = small_spec();
     CU_ASSERT_PTR_NULL(api->add_attention(b, model, "attn", &s));
     int64_t shape[1] = {0};
@@ -949,7 +1006,6 @@ static lh_status c_sticky(const lh_host_api *api, lh_build *b)
     CU_ASSERT_EQUAL(api->chain_norm(b, model, NULL), LH_E_USAGE);
     CU_ASSERT_EQUAL(api->tie_weights(b, model, model), LH_E_USAGE);
     CU_ASSERT_EQUAL(api->build_fail(b, LH_E_IO, "second"), LH_E_IO);
-    CU_ASSERT_EQUAL(api->build_decoder_lm(b, NULL, NULL), LH_E_USAGE);
     CU_ASSERT_EQUAL(api->build_status(b), first);
     return LH_OK; /* the recorded error still wins */
 }
@@ -969,6 +1025,30 @@ static void test_sticky_error(void)
     lh_model_config_free(cfg);
 }
 
+static bool g_constructed;
+
+static lh_status construct_flag(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
+{
+    g_constructed = true;
+    return construct_plain(api, b, cfg);
+}
+
+static lh_status refuse_config(const lh_host_api *api, const lh_model_config *cfg, lh_error *err)
+{
+    (void)api;
+    (void)cfg;
+    return lh_error_set(err, LH_E_UNSUPPORTED, "mlp_bias=true is not supported");
+}
+
+static lh_status refuse_silently(const lh_host_api *api, const lh_model_config *cfg,
+                                 lh_error *err)
+{
+    (void)api;
+    (void)cfg;
+    (void)err;
+    return LH_E_UNSUPPORTED;
+}
+
 static void test_null_arguments(void)
 {
     lh_err err = {0};
@@ -979,7 +1059,9 @@ static void test_null_arguments(void)
     CU_ASSERT_PTR_NULL(lh_build_module_root(NULL));
     CU_ASSERT_PTR_NULL(lh_build_add_container(NULL, NULL, "x"));
     CU_ASSERT_PTR_NULL(lh_build_add_linear(NULL, NULL, "x", 1, 1, false));
+    CU_ASSERT_PTR_NULL(lh_build_add_mlp(NULL, NULL, "x"));
     CU_ASSERT_PTR_NULL(lh_build_add_attention(NULL, NULL, "x", NULL));
+    CU_ASSERT_PTR_NULL(lh_model_attention_spec(NULL, "x"));
     CU_ASSERT_EQUAL(lh_build_status(NULL), LH_E_USAGE);
     CU_ASSERT_EQUAL(lh_build_chain_norm(NULL, NULL, NULL), LH_E_USAGE);
     CU_ASSERT_EQUAL(lh_model_plan(NULL, NULL, &err), LH_E_USAGE);
@@ -988,7 +1070,7 @@ static void test_null_arguments(void)
     CU_ASSERT_FALSE(lh_model_find(NULL, "x", NULL));
     lh_model_free(NULL);
 
-    /* a config without the decoder fields */
+    /* a config without the decoder fields: the constructor's build_fail is the build's error */
     lh_model_config *cfg = NULL;
     CU_ASSERT_EQUAL_FATAL(
         lh_model_config_parse("{\"architectures\":[\"TestArch\"],\"hidden_size\":64}", "x.json",
@@ -999,6 +1081,40 @@ static void test_null_arguments(void)
     CU_ASSERT_PTR_NULL(m);
     CU_ASSERT_EQUAL(st, LH_E_CONFIG);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "intermediate_size"));
+    lh_model_config_free(cfg);
+
+    /* a provider without ops, or ops without construct, has no constructor */
+    cfg = load_cfg(NULL, TINY);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    static const lh_model_ops no_construct = {.struct_size = sizeof(lh_model_ops)};
+    const lh_model_provider no_ops = {sizeof no_ops, "NoOps", NULL, NULL};
+    const lh_model_provider empty = {sizeof empty, "Empty", &no_construct, NULL};
+    m = (lh_model *)&err;
+    CU_ASSERT_EQUAL(lh_model_build(&api, &no_ops, cfg, NULL, &m, &err), LH_E_USAGE);
+    CU_ASSERT_PTR_NULL(m);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "NoOps: provider has no constructor"));
+    CU_ASSERT_EQUAL(lh_model_build(&api, &empty, cfg, NULL, &m, &err), LH_E_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "Empty: provider has no constructor"));
+
+    /* check_config runs before construct: a refusal is the build's error, nothing built */
+    static const lh_model_ops refusing = {.struct_size = sizeof(lh_model_ops),
+                                          .construct = construct_flag,
+                                          .check_config = refuse_config};
+    static const lh_model_ops silent = {.struct_size = sizeof(lh_model_ops),
+                                        .construct = construct_flag,
+                                        .check_config = refuse_silently};
+    const lh_model_provider p_refusing = {sizeof p_refusing, "TestArch", &refusing, NULL};
+    const lh_model_provider p_silent = {sizeof p_silent, "TestArch", &silent, NULL};
+    g_constructed = false;
+    m = NULL;
+    CU_ASSERT_EQUAL(lh_model_build(&api, &p_refusing, cfg, NULL, &m, &err), LH_E_UNSUPPORTED);
+    CU_ASSERT_PTR_NULL(m);
+    CU_ASSERT_FALSE(g_constructed);
+    CU_ASSERT_STRING_EQUAL(err.msg, "TestArch: mlp_bias=true is not supported");
+    CU_ASSERT_EQUAL(lh_model_build(&api, &p_silent, cfg, NULL, &m, &err), LH_E_UNSUPPORTED);
+    CU_ASSERT_PTR_NULL(m);
+    CU_ASSERT_FALSE(g_constructed);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "without saying why"));
     lh_model_config_free(cfg);
 }
 
@@ -1218,6 +1334,80 @@ static lh_status build_provider(const lh_host_api *api, const lh_model_provider 
     return st;
 }
 
+/* The parameter list of a tree as text, one "name [shape] (tied)" line each, in tree order. */
+typedef struct tree_text {
+    char *buf;
+    size_t len, cap;
+} tree_text;
+
+static void append_param(const lh_param_info *p, void *user)
+{
+    tree_text *t = user;
+    char line[512];
+    int n = snprintf(line, sizeof line, "%s.%s [", p->module, p->name);
+    for (int d = 0; d < p->ndim; d++)
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s%lld", d ? ", " : "",
+                      (long long)p->shape[d]);
+    n += snprintf(line + n, sizeof line - (size_t)n, "]%s\n", p->tied ? " tied" : "");
+    if (t->len + (size_t)n + 1 > t->cap) {
+        size_t cap = (t->cap + (size_t)n + 1) * 2;
+        char *nb = realloc(t->buf, cap);
+        if (!nb)
+            return; /* the comparison below fails on the shorter text */
+        t->buf = nb;
+        t->cap = cap;
+    }
+    memcpy(t->buf + t->len, line, (size_t)n + 1);
+    t->len += (size_t)n;
+}
+
+/* The tree the built-in plugin builds is the one tests/support/llama_tree.c builds (which the
+ * other tests count on): the same parameters in the same order, the same attention table,
+ * norm chain and memory plan. */
+static void check_same_tree(const lh_host_api *api, const lh_model_provider *prov,
+                            lh_model_construct_fn local, const char *fixture, const char *json)
+{
+    lh_model_config *cfg = load_cfg(fixture, json);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    lh_model *pm = NULL;
+    lh_err err = {0};
+    lh_status st = lh_model_build(api, prov, cfg, NULL, &pm, &err);
+    if (st != LH_OK)
+        fprintf(stderr, "%s: %s\n", prov->name, err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, LH_OK);
+    lh_model *lm = build_with(local, cfg, NULL, &st, &err);
+    CU_ASSERT_EQUAL_FATAL(st, LH_OK);
+    tree_text a = {0}, b = {0};
+    lh_model_foreach_param(pm, append_param, &a);
+    lh_model_foreach_param(lm, append_param, &b);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a.buf);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b.buf);
+    if (strcmp(a.buf, b.buf) != 0)
+        fprintf(stderr, "\n  %s (%s): the plugin's tree differs from llama_tree.c's\n",
+                prov->name, fixture);
+    CU_ASSERT_STRING_EQUAL(a.buf, b.buf);
+    lh_memory_plan pp, lp;
+    CU_ASSERT_EQUAL_FATAL(lh_model_plan(pm, &pp, &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_model_plan(lm, &lp, &err), LH_OK);
+    json_t *pj = lh_model_plan_json(pm, &pp), *lj = lh_model_plan_json(lm, &lp);
+    static const char *const keys[] = {"parameters", "weight_bytes", "kv_bytes_per_token",
+                                       "kv_pool_bytes", "groups", "attention_layers",
+                                       "norm_chain"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        bool same = json_equal(json_object_get(pj, keys[i]), json_object_get(lj, keys[i]));
+        if (!same)
+            fprintf(stderr, "\n  %s (%s): plan '%s' differs\n", prov->name, fixture, keys[i]);
+        CU_ASSERT_TRUE(same);
+    }
+    json_decref(pj);
+    json_decref(lj);
+    free(a.buf);
+    free(b.buf);
+    lh_model_free(pm);
+    lh_model_free(lm);
+    lh_model_config_free(cfg);
+}
+
 static const lh_model_provider *find_provider(const test_ctx *t, const char *name)
 {
     for (size_t i = 0; i < t->n; i++)
@@ -1249,14 +1439,15 @@ static void test_plugin_llama(void)
     CU_ASSERT_EQUAL(p.parameters, INT64_C(134515008));
     CU_ASSERT_EQUAL(build_provider(&api, mistral, "mistral-7b-v0.1", MISTRAL_7B, &p), LH_OK);
     CU_ASSERT_EQUAL(p.parameters, INT64_C(7241732096));
-
-    /* an API table too old for build_decoder_lm: init refuses with a message */
-    lh_host_api old = api;
-    old.struct_size = (uint32_t)offsetof(lh_host_api, build_decoder_lm);
-    memset(&t, 0, sizeof t);
-    CU_ASSERT_EQUAL(d->init(&old, (lh_plugin_ctx *)(void *)&t), LH_E_INIT);
-    CU_ASSERT_PTR_NOT_NULL(strstr(t.fail_msg, "build_decoder_lm"));
-    CU_ASSERT_EQUAL(t.n, 0);
+    /* a provider that runs the model: the whole vtable, not only the tree */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(llama->ops);
+    CU_ASSERT_EQUAL(llama->ops->struct_size, sizeof(lh_model_ops));
+    CU_ASSERT_PTR_NOT_NULL(llama->ops->check_config);
+    CU_ASSERT_PTR_NOT_NULL(llama->ops->bind);
+    CU_ASSERT_PTR_NOT_NULL(llama->ops->forward);
+    check_same_tree(&api, llama, construct_plain, "llama-3.1-8b", LLAMA_3_1_8B);
+    check_same_tree(&api, llama, construct_plain, "smollm2-135m", SMOLLM2_135M);
+    check_same_tree(&api, mistral, construct_plain, "mistral-7b-v0.1", MISTRAL_7B);
 }
 
 static void test_plugin_qwen(void)
@@ -1278,108 +1469,11 @@ static void test_plugin_qwen(void)
     CU_ASSERT_EQUAL(p.parameters, INT64_C(7615616512));
     CU_ASSERT_EQUAL(build_provider(&api, q3, "qwen3-8b", QWEN3_8B, &p), LH_OK);
     CU_ASSERT_EQUAL(p.parameters, INT64_C(8190735360));
-}
-
-/* ---- lh_decoder_spec: ABI 2.1 fields, older struct sizes, recorded for the runtime ---- */
-
-static lh_status construct_gemma(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
-{
-    const lh_decoder_spec spec = {.struct_size = sizeof spec, .mlp_act = LH_MLP_GELU_TANH,
-                                  .norm_weight_offset = 1.0f, .scale_embeddings = true};
-    return api->build_decoder_lm(b, cfg, &spec);
-}
-
-/* An ABI 2.0 plugin: struct_size ends before mlp_act; the bytes after it are garbage. */
-static lh_status construct_abi20(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
-{
-    lh_decoder_spec spec;
-    memset(&spec, 0x5a, sizeof spec);
-    spec.struct_size = (uint32_t)offsetof(lh_decoder_spec, mlp_act);
-    spec.qkv_bias = false;
-    spec.qk_norm = true;
-    return api->build_decoder_lm(b, cfg, &spec);
-}
-
-static lh_status construct_bad_act(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
-{
-    const lh_decoder_spec spec = {.struct_size = sizeof spec, .mlp_act = (lh_mlp_activation)7};
-    return api->build_decoder_lm(b, cfg, &spec);
-}
-
-static lh_status construct_nan_offset(const lh_host_api *api, lh_build *b,
-                                      const lh_model_config *cfg)
-{
-    const lh_decoder_spec spec = {.struct_size = sizeof spec, .norm_weight_offset = NAN};
-    return api->build_decoder_lm(b, cfg, &spec);
-}
-
-static lh_status construct_tiny_spec(const lh_host_api *api, lh_build *b,
-                                     const lh_model_config *cfg)
-{
-    lh_decoder_spec spec = {.struct_size = 4};
-    return api->build_decoder_lm(b, cfg, &spec);
-}
-
-static void test_decoder_spec_variants(void)
-{
-    lh_model *m = build_decoder("qwen3-8b", QWEN3_8B, construct_gemma, NULL, NULL);
-    const lh_decoder_spec *s = lh_model_decoder_spec(m);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    CU_ASSERT_EQUAL(s->mlp_act, LH_MLP_GELU_TANH);
-    CU_ASSERT_EQUAL(s->norm_weight_offset, 1.0f);
-    CU_ASSERT_TRUE(s->scale_embeddings);
-    CU_ASSERT_FALSE(s->qk_norm);
-    /* the tree is the standard one */
-    CU_ASSERT(shape_is(m, "model.layers.5.mlp.gate_proj", "weight", 2, 12288, 4096));
-    lh_model_free(m);
-
-    m = build_decoder("qwen3-8b", QWEN3_8B, construct_abi20, NULL, NULL);
-    s = lh_model_decoder_spec(m);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    CU_ASSERT_EQUAL(s->struct_size, sizeof(lh_decoder_spec));
-    CU_ASSERT_TRUE(s->qk_norm);
-    CU_ASSERT_FALSE(s->qkv_bias);
-    CU_ASSERT_EQUAL(s->mlp_act, LH_MLP_SILU);
-    CU_ASSERT_EQUAL(s->norm_weight_offset, 0.0f);
-    CU_ASSERT_FALSE(s->scale_embeddings);
-    CU_ASSERT(shape_is(m, "model.layers.5.self_attn.q_norm", "weight", 1, 128, 0));
-    lh_model_free(m);
-
-    m = build_decoder("qwen3-8b", QWEN3_8B, construct_plain, NULL, NULL);
-    s = lh_model_decoder_spec(m);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    CU_ASSERT_EQUAL(s->mlp_act, LH_MLP_SILU);
-    CU_ASSERT_EQUAL(s->norm_weight_offset, 0.0f);
-    CU_ASSERT_FALSE(s->scale_embeddings);
-    lh_model_free(m);
-    CU_ASSERT_PTR_NULL(lh_model_decoder_spec(NULL));
-
-    static const struct {
-        lh_model_construct_fn fn;
-        const char *needle;
-    } bad[] = {
-        {construct_bad_act, "mlp_act 7"},
-        {construct_nan_offset, "norm_weight_offset"},
-        {construct_tiny_spec, "struct_size 4"},
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        lh_model_config *cfg = load_cfg("qwen3-8b", QWEN3_8B);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
-        lh_err err = {0};
-        lh_status st;
-        lh_model *bm = build_with(bad[i].fn, cfg, NULL, &st, &err);
-        lh_model_config_free(cfg);
-        CU_ASSERT_EQUAL(st, LH_E_USAGE);
-        CU_ASSERT_PTR_NULL(bm);
-        if (!strstr(err.msg, bad[i].needle))
-            fprintf(stderr, "\n  expected '%s' in: %s\n", bad[i].needle, err.msg);
-        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, bad[i].needle));
-        lh_model_free(bm);
-    }
+    check_same_tree(&api, q2, construct_qkv_bias, "qwen2.5-7b", QWEN2_5_7B);
+    check_same_tree(&api, q3, construct_qk_norm, "qwen3-8b", QWEN3_8B);
 }
 
 static CU_TestInfo arch_tests[] = {
-    {"decoder spec: gemma variant, ABI 2.0 size, errors", test_decoder_spec_variants},
     {"llama 3.1 8b: counts, shapes, table, chain", test_llama31_8b},
     {"mistral 7b v0.1", test_mistral_7b},
     {"qwen2.5 7b: q/k/v bias", test_qwen25_7b},
@@ -1397,7 +1491,8 @@ static CU_TestInfo arch_tests[] = {
 static CU_TestInfo error_tests[] = {
     {"building-block validation errors", test_build_errors},
     {"sticky error: first wins", test_sticky_error},
-    {"NULL arguments and missing config fields", test_null_arguments},
+    {"NULL arguments, missing config fields, no constructor, check_config",
+     test_null_arguments},
     CU_TEST_INFO_NULL,
 };
 

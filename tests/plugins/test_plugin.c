@@ -18,8 +18,7 @@
  *   TP_HANG_INIT       init never returns
  *   TP_EXIT_INIT       init ends the process with _exit(3)
  *   TP_ABORT_CTOR      a constructor calls abort() while the file is dlopened
- *   TP_GEMMA_SPEC      build_decoder_lm with the Gemma variant (GeGLU tanh, RMSNorm 1 + w,
- *                      embeddings * sqrt(hidden)) and no marker container
+ *   TP_MAX_DIMS        descriptor layout constant LH_MAX_DIMS set to another value
  * (the last four are for `llmhost plugin check`, which loads each plugin in a child process)
  */
 #include "lh_plugin.h"
@@ -55,29 +54,62 @@ extern int lh_test_symbol_that_no_library_defines(void);
 extern int tp_absent_dep_answer(void);
 #endif
 
-#ifdef TP_GEMMA_SPEC
-__attribute__((unused)) static lh_status construct(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
+/* A small Llama-shaped tree from the config's geometry, through the building blocks (the
+ * loader and registry tests only construct: these providers describe a model, they have no
+ * forward pass). */
+__attribute__((unused)) static lh_status construct(const lh_host_api *api, lh_build *b,
+                                                   const lh_model_config *cfg)
 {
-    const lh_decoder_spec spec = {
-        .struct_size = sizeof spec,
-        .mlp_act = LH_MLP_GELU_TANH,
-        .norm_weight_offset = 1.0f,
-        .scale_embeddings = true,
-    };
-    return api->build_decoder_lm(b, cfg, &spec);
-}
-#else
-__attribute__((unused)) static lh_status construct(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
-{
-    lh_decoder_spec spec = {.struct_size = sizeof spec};
-    lh_status st = api->build_decoder_lm(b, cfg, &spec);
-    if (st != LH_OK)
-        return st;
+    const lh_model_geometry *g = api->config_geometry(cfg);
+    lh_module *root = api->module_root(b);
+    lh_module *model = api->add_container(b, root, "model");
+    lh_module *embed = api->add_embedding(b, model, "embed_tokens", g->vocab_size,
+                                          g->hidden_size);
+    lh_module *layers = api->add_container(b, model, "layers");
+    lh_module *prev = NULL;
+    for (int64_t i = 0; i < g->num_hidden_layers && api->build_status(b) == LH_OK; i++) {
+        char name[24];
+        snprintf(name, sizeof name, "%lld", (long long)i);
+        lh_module *layer = api->add_container(b, layers, name);
+        lh_module *in_norm = api->add_rmsnorm(b, layer, "input_layernorm", g->hidden_size,
+                                              g->rms_norm_eps);
+        if (prev)
+            api->chain_norm(b, prev, in_norm);
+        const lh_attention_spec as = {.struct_size = sizeof as, .layer_index = i,
+                                      .num_heads = g->num_attention_heads,
+                                      .num_kv_heads = g->num_key_value_heads,
+                                      .head_dim = g->head_dim, .rope = true,
+                                      .rope_theta = g->rope_theta,
+                                      .rope_max_positions = g->max_position_embeddings};
+        lh_module *attn = api->add_attention(b, layer, "self_attn", &as);
+        const int64_t q = g->num_attention_heads * g->head_dim;
+        const int64_t kv = g->num_key_value_heads * g->head_dim;
+        api->add_linear(b, attn, "q_proj", g->hidden_size, q, false);
+        api->add_linear(b, attn, "k_proj", g->hidden_size, kv, false);
+        api->add_linear(b, attn, "v_proj", g->hidden_size, kv, false);
+        api->add_linear(b, attn, "o_proj", q, g->hidden_size, false);
+        api->add_rmsnorm(b, layer, "post_attention_layernorm", g->hidden_size, g->rms_norm_eps);
+        lh_module *mlp = api->add_mlp(b, layer, "mlp");
+        api->add_linear(b, mlp, "gate_proj", g->hidden_size, g->intermediate_size, false);
+        api->add_linear(b, mlp, "up_proj", g->hidden_size, g->intermediate_size, false);
+        api->add_linear(b, mlp, "down_proj", g->intermediate_size, g->hidden_size, false);
+        prev = layer;
+    }
+    lh_module *norm = api->add_rmsnorm(b, model, "norm", g->hidden_size, g->rms_norm_eps);
+    if (prev)
+        api->chain_norm(b, prev, norm);
+    lh_module *head = api->add_head(b, root, "lm_head", g->hidden_size, g->vocab_size, false);
+    if (g->tie_word_embeddings)
+        api->tie_weights(b, head, embed);
     /* marks which plugin built the tree, so tests can tell providers apart */
-    api->add_container(b, api->module_root(b), "built_by_" TP_NAME);
+    api->add_container(b, root, "built_by_" TP_NAME);
     return api->build_status(b);
 }
-#endif
+
+__attribute__((unused)) static const lh_model_ops tp_ops = {
+    .struct_size = sizeof(lh_model_ops),
+    .construct = construct,
+};
 
 #ifdef TP_REFUSE_F32
 static lh_status check_runtime(const lh_host_api *api, const lh_model_config *cfg,
@@ -124,7 +156,7 @@ static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
 #ifdef TP_MODELS
     static const char *const models[] = {TP_MODELS};
     for (size_t i = 0; st == LH_OK && i < sizeof models / sizeof *models; i++) {
-        lh_model_provider p = {sizeof p, models[i], construct, TP_CHECK};
+        lh_model_provider p = {sizeof p, models[i], &tp_ops, TP_CHECK};
         st = api->register_model(ctx, &p);
     }
 #endif
@@ -138,21 +170,21 @@ static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
         char *dot = strchr(name, '.');
         if (dot)
             *dot = '\0';
-        lh_model_provider p = {sizeof p, name, construct, NULL};
+        lh_model_provider p = {sizeof p, name, &tp_ops, NULL};
         st = api->register_model(ctx, &p);
     }
 #endif
 #ifdef TP_VISION
     static const char *const vision[] = {TP_VISION};
     for (size_t i = 0; st == LH_OK && i < sizeof vision / sizeof *vision; i++) {
-        lh_model_provider p = {sizeof p, vision[i], construct, NULL};
+        lh_model_provider p = {sizeof p, vision[i], &tp_ops, NULL};
         st = api->register_vision_encoder(ctx, &p);
     }
 #endif
 #ifdef TP_DRAFTS
     static const char *const drafts[] = {TP_DRAFTS};
     for (size_t i = 0; st == LH_OK && i < sizeof drafts / sizeof *drafts; i++) {
-        lh_draft_provider p = {sizeof p, drafts[i], construct};
+        lh_draft_provider p = {sizeof p, drafts[i], &tp_ops};
         st = api->register_draft(ctx, &p);
     }
 #endif
@@ -183,8 +215,18 @@ static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
 LH_EXPORT const lh_plugin_descriptor *lh_plugin_entry(void);
 LH_EXPORT const lh_plugin_descriptor *lh_plugin_entry(void)
 {
+#ifdef TP_MAX_DIMS
+    /* a plugin compiled against an SDK whose tensors have another rank limit */
     static const lh_plugin_descriptor d = {TP_MAGIC, (uint32_t)sizeof d, TP_ABI_MAJOR,
-                                           TP_ABI_MINOR, TP_NAME, "0.0.1", init};
+                                           TP_ABI_MINOR, TP_NAME, "0.0.1", init,
+                                           {TP_MAX_DIMS, LH_ERROR_MSG_SIZE,
+                                            (uint32_t)sizeof(void *),
+                                            (uint32_t)sizeof(lh_tensor)}};
+#else
+    static const lh_plugin_descriptor d = {TP_MAGIC, (uint32_t)sizeof d, TP_ABI_MAJOR,
+                                           TP_ABI_MINOR, TP_NAME, "0.0.1", init,
+                                           LH_PLUGIN_LAYOUT_INIT};
+#endif
     return &d;
 }
 #else

@@ -181,7 +181,7 @@ static void test_cancel_before_prefill(void)
     lh_generate_stats gs = {.struct_size = sizeof gs};
     atomic_bool flag;
     atomic_init(&flag, true);
-    CU_ASSERT_EQUAL(lh_generate_cancellable(lh_engine_decoder(e), lh_engine_kctx(e), &p, prompts,
+    CU_ASSERT_EQUAL(lh_generate_cancellable(lh_engine_runner(e), lh_engine_kctx(e), &p, prompts,
                                             lens, 2, &out[0][0], out_lens, stop, &gs, &flag,
                                             &err), LH_OK);
     CU_ASSERT(out_lens[0] == 0 && out_lens[1] == 0);

@@ -22,7 +22,7 @@
 #include "paged.h"
 #include "runner.h"
 #include "api/host_internal.h"
-#include "runtime/decoder.h"
+#include "runtime/runner.h"
 #include "runtime/kv_cache.h"
 #include "rt_host.h"
 
@@ -210,18 +210,18 @@ static void test_engine_limits(void)
     CU_ASSERT_EQUAL(lh_engine_generate_greedy(e, pp, &len1, 1, INT64_MAX, one_out, &err),
                     LH_E_USAGE);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "max_seq_len 4"));
-    lh_decoder *d = lh_engine_decoder(e);
+    lh_runner *d = lh_engine_runner(e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(d);
     int64_t start = 0, nn = 1, ctx = -1, slot = 0, row = 0;
     int32_t pos = 0, tok = 1;
     lh_attn_step st = {.struct_size = sizeof st, .n_tokens = 1, .n_seqs = 1, .positions = &pos,
                        .token_start = &start, .n_new = &nn, .ctx_len = &ctx, .slot = &slot};
-    CU_ASSERT_EQUAL(lh_decoder_forward(d, lh_engine_kctx(e), &st, &tok, &row, 1, l5, &err),
+    CU_ASSERT_EQUAL(lh_runner_forward(d, lh_engine_kctx(e), &st, &tok, &row, 1, l5, &err),
                     LH_E_USAGE);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "-1 cached"));
     ctx = 0;
     nn = 2; /* more new tokens than the step has */
-    CU_ASSERT_EQUAL(lh_decoder_forward(d, lh_engine_kctx(e), &st, &tok, &row, 1, l5, &err),
+    CU_ASSERT_EQUAL(lh_runner_forward(d, lh_engine_kctx(e), &st, &tok, &row, 1, l5, &err),
                     LH_E_USAGE);
     CU_ASSERT_EQUAL(lh_engine_logits(e, five, 4, l5, &err), LH_OK); /* nothing stuck */
     lh_engine_close(e);

@@ -30,9 +30,9 @@ Nothing runs with LD_LIBRARY_PATH or an LLMHOST_* variable other than LLMHOST_DE
 LLMHOST_LOG=warn.
 
 Every check is skipped (counted, with the reason) when the installed SDK lacks the host API
-the example needs (plugin ABI 2.1: lh_decoder_spec.mlp_act / norm_weight_offset /
-scale_embeddings, lh_k_attention_positions). Prints `LH-TEST-SUMMARY passed=P failed=F
-skipped=S`.
+the example needs (plugin ABI 3: the model contract of lh_model.h with LH_ACT_GELU_TANH, the
+add_head / weight_tensor / residual_rmsnorm entries of the host API, lh_k_attention_positions).
+Prints `LH-TEST-SUMMARY passed=P failed=F skipped=S`.
 
 usage: check_gemma_example.py --meson MESON --builddir BUILDDIR --source-root SRC
        [--pkg-config PKG_CONFIG]
@@ -55,9 +55,10 @@ MODEL = "external/gemma-f32"  # outside models/ proper: no built-in plugin serve
 SWA_MODEL = "mistral-swa-f32"
 LOGITS_TOL = 1e-4
 N_NEW = 32
-# what the example needs from the installed SDK (plugin ABI 2.1)
-NEEDED_API = [("lh_plugin.h", "norm_weight_offset"), ("lh_plugin.h", "scale_embeddings"),
-              ("lh_plugin.h", "LH_MLP_GELU_TANH"), ("lh_kernels.h", "lh_k_attention_positions")]
+# what the example needs from the installed SDK (plugin ABI 3: a model plugin owns its forward)
+NEEDED_API = [("lh_model.h", "LH_ACT_GELU_TANH"), ("lh_plugin.h", "add_head"),
+              ("lh_plugin.h", "weight_tensor"), ("lh_plugin.h", "residual_rmsnorm"),
+              ("lh_kernels.h", "lh_k_attention_positions")]
 
 
 def read_npy_f32(path):
@@ -138,7 +139,7 @@ def main():
         if missing:
             for name in ("build the example", "nm -D: kernels imported", "plugin check",
                          "resolve", "run greedy", "logits", "sinks backend", "tiny ring"):
-                c.skip(name, "the installed SDK lacks the host API of plugin ABI 2.1: " +
+                c.skip(name, "the installed SDK lacks the host API of plugin ABI 3: " +
                        ", ".join(missing))
             return c.summary()
 

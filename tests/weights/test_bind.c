@@ -1,5 +1,6 @@
 /* Binding checkpoints to module trees: zero-copy, conversion, the mismatch report, tied
  * embeddings, quantized params, sharded checkpoints, the tensor accessor, real fixtures. */
+#include "llama_tree.h"
 #include "runner.h"
 #include "st_writer.h"
 
@@ -25,11 +26,17 @@
 
 /* ---- models ---- */
 
+/* The Llama tree the built-in plugin builds (tests/support/llama_tree.c): the tests write
+ * checkpoints from its parameter list. No bind/forward: only the tree is bound here. */
 static lh_status construct_plain(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
 {
-    const lh_decoder_spec spec = {.struct_size = sizeof spec};
-    return api->build_decoder_lm(b, cfg, &spec);
+    return test_llama_tree(api, b, cfg, false, false);
 }
+
+static const lh_model_ops plain_ops = {
+    .struct_size = sizeof(lh_model_ops),
+    .construct = construct_plain,
+};
 
 /* A tiny Llama: hidden 16, 4 heads (head_dim 4), 2 kv heads, intermediate 32, vocab 40. */
 static lh_model *tiny_llama(int layers, bool tied, const char *torch_dtype,
@@ -49,7 +56,7 @@ static lh_model *tiny_llama(int layers, bool tied, const char *torch_dtype,
         fprintf(stderr, "config: %s\n", err.msg);
         return NULL;
     }
-    lh_model_provider prov = {sizeof prov, "LlamaForCausalLM", construct_plain, NULL};
+    lh_model_provider prov = {sizeof prov, "LlamaForCausalLM", &plain_ops, NULL};
     lh_model *m = NULL;
     if (lh_model_build(lh_host_api_table(), &prov, cfg, rc, &m, &err) != LH_OK)
         fprintf(stderr, "build: %s\n", err.msg);

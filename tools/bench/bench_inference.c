@@ -17,7 +17,7 @@
  * 1024 and 4096 tokens and batches of 1 and 8 (eight different prompts, prefilled together in
  * one packed step as lh_engine_generate_greedy does; tok/s counts every sequence's tokens):
  *   N * batch / (time of the N = 32 decode steps that follow the prefill).
- * The steps are driven through the runtime's decoder (what the engine wraps) and timed one by
+ * The steps are driven through the runtime's runner (what the engine wraps) and timed one by
  * one: timing two whole generate calls and subtracting leaves the prefill's noise, which at
  * 1024+ tokens is larger than the N steps themselves. Each cell runs in its own child process
  * that opens both backends and alternates their decode steps, so that the machine's other load
@@ -38,7 +38,7 @@
 #include "llmhost.h"
 #include "model/model.h"
 #include "resolve/resolve.h"
-#include "runtime/decoder.h"
+#include "runtime/runner.h"
 
 #include "../../tests/weights/st_writer.h"
 
@@ -349,7 +349,7 @@ typedef struct att_result {
  * only times a whole generate call, prefill included). */
 typedef struct att_engine {
     lh_engine *eng;
-    lh_decoder *dec; /* the engine's */
+    lh_runner *dec; /* the engine's */
     lh_kctx *kctx;   /* the engine's */
 } att_engine;
 
@@ -373,7 +373,7 @@ static lh_status att_open(lh_host *h, const char *dir, const char *backend, int 
                             .overrides = ov};
     lh_status st = lh_engine_open(h, &eo, &e->eng, err);
     if (st == LH_OK) {
-        e->dec = lh_engine_decoder(e->eng);
+        e->dec = lh_engine_runner(e->eng);
         e->kctx = lh_engine_kctx(e->eng);
     }
     return st;
@@ -411,7 +411,7 @@ static lh_status att_pick(att_gen *g, lh_err *err)
 static void att_end(att_gen *g)
 {
     for (int s = 0; s < g->batch; s++)
-        lh_decoder_release(g->e->dec, s);
+        lh_runner_release(g->e->dec, s);
     free(g->tokens);
     free(g->positions);
     free(g->logits);
@@ -430,7 +430,7 @@ static lh_status att_prefill(att_gen *g, att_engine *e, const int32_t *const *ps
     size_t total = (size_t)ctx * (size_t)batch;
     g->tokens = malloc(total * sizeof *g->tokens);
     g->positions = malloc(total * sizeof *g->positions);
-    g->logits = malloc((size_t)batch * (size_t)e->dec->vocab * sizeof *g->logits);
+    g->logits = malloc((size_t)batch * (size_t)lh_runner_vocab(e->dec) * sizeof *g->logits);
     if (!g->tokens || !g->positions || !g->logits)
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
     size_t t = 0;
@@ -446,13 +446,13 @@ static lh_status att_prefill(att_gen *g, att_engine *e, const int32_t *const *ps
         g->rows[s] = (int64_t)t - 1;
     }
     g->lshape[0] = batch;
-    g->lshape[1] = e->dec->vocab;
+    g->lshape[1] = lh_runner_vocab(e->dec);
     g->step = (lh_attn_step){.struct_size = sizeof g->step, .n_tokens = (int64_t)total,
                              .n_seqs = batch, .positions = g->positions,
                              .token_start = g->start, .n_new = g->nn, .ctx_len = g->clen,
                              .slot = g->slot};
     double a = now();
-    lh_status st = lh_decoder_forward(e->dec, e->kctx, &g->step, g->tokens, g->rows, batch,
+    lh_status st = lh_runner_forward(e->dec, e->kctx, &g->step, g->tokens, g->rows, batch,
                                       g->logits, err);
     if (st == LH_OK)
         st = att_pick(g, err);
@@ -473,7 +473,7 @@ static lh_status att_step(att_gen *g, double *secs, lh_err *err)
     g->step.n_tokens = g->batch;
     g->k++;
     double a = now();
-    lh_status st = lh_decoder_forward(g->e->dec, g->e->kctx, &g->step, g->tokens, g->rows,
+    lh_status st = lh_runner_forward(g->e->dec, g->e->kctx, &g->step, g->tokens, g->rows,
                                       g->batch, g->logits, err);
     if (st == LH_OK)
         st = att_pick(g, err);

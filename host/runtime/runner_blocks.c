@@ -1,0 +1,402 @@
+/* The bind-phase lookups and the forward blocks of the host API table (lh_plugin.h): what a
+ * model plugin's bind and forward compose. Every function is sticky on its context (lh_bind,
+ * lh_fwd): the first error is kept and later calls return it at once. */
+#include "runner_internal.h"
+
+#include "api/host_api_table.h"
+#include "core/err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- bind ----------------------------------------------------------------------------------- */
+
+static lh_status bind_failv(lh_bind *bd, lh_status code, const char *fmt, va_list ap)
+{
+    if (bd->err.code != LH_OK)
+        return bd->err.code;
+    if (code == LH_OK)
+        code = LH_E_INTERNAL; /* failing with "ok" is a plugin bug: still fail */
+    vsnprintf(bd->err.msg, sizeof bd->err.msg, fmt, ap);
+    bd->err.code = code;
+    return code;
+}
+
+lh_status lh_runner_bind_fail(lh_bind *bd, lh_status code, const char *fmt, ...)
+{
+    if (!bd)
+        return code;
+    va_list ap;
+    va_start(ap, fmt);
+    lh_status st = bind_failv(bd, code, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+lh_status lh_runner_bind_status(lh_bind *bd)
+{
+    return bd ? bd->err.code : LH_E_USAGE;
+}
+
+static const lh_weight *find_weight(lh_bind *bd, bool required, const char *fmt, va_list ap)
+{
+    if (!bd || bd->err.code != LH_OK)
+        return NULL;
+    char name[512];
+    int n = vsnprintf(name, sizeof name, fmt, ap);
+    if (n < 0 || (size_t)n >= sizeof name) {
+        lh_runner_bind_fail(bd, LH_E_USAGE, "weight: a name longer than %zu bytes",
+                            sizeof name - 1);
+        return NULL;
+    }
+    const lh_runner *r = bd->r;
+    for (int64_t i = 0; i < r->n_weights; i++)
+        if (strcmp(r->weights[i].name, name) == 0)
+            return &r->weights[i];
+    if (required)
+        lh_runner_bind_fail(bd, LH_E_USAGE, "bind asked for the parameter '%s', which the "
+                            "model's tree does not have", name);
+    return NULL;
+}
+
+const lh_weight *lh_runner_weight(lh_bind *bd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const lh_weight *w = find_weight(bd, true, fmt, ap);
+    va_end(ap);
+    return w;
+}
+
+const lh_weight *lh_runner_weight_opt(lh_bind *bd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const lh_weight *w = find_weight(bd, false, fmt, ap);
+    va_end(ap);
+    return w;
+}
+
+const lh_attn_ref *lh_runner_attention(lh_bind *bd, const char *fmt, ...)
+{
+    if (!bd || bd->err.code != LH_OK)
+        return NULL;
+    char name[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof name) {
+        lh_runner_bind_fail(bd, LH_E_USAGE, "attention: a name longer than %zu bytes",
+                            sizeof name - 1);
+        return NULL;
+    }
+    const lh_runner *r = bd->r;
+    for (int64_t i = 0; i < r->n_attn; i++)
+        if (strcmp(r->attn[i].module, name) == 0)
+            return &r->attn[i];
+    lh_runner_bind_fail(bd, LH_E_USAGE, "bind asked for the attention layer '%s', which is not "
+                        "in the model's attention-layer table (add_attention registers one)",
+                        name);
+    return NULL;
+}
+
+const lh_tensor *lh_runner_weight_tensor(const lh_weight *w)
+{
+    return w ? &w->t : NULL;
+}
+
+/* ---- forward -------------------------------------------------------------------------------- */
+
+static lh_status fwd_failv(lh_fwd *f, lh_status code, const char *fmt, va_list ap)
+{
+    if (f->err->code != LH_OK)
+        return f->err->code;
+    if (code == LH_OK)
+        code = LH_E_INTERNAL;
+    /* "ARCH: WHERE: message", the message cut to fit */
+    char *out = f->err->msg;
+    const size_t n = sizeof f->err->msg;
+    int k = f->where[0] ? snprintf(out, n, "%s: %s: ", f->r->arch, f->where)
+                        : snprintf(out, n, "%s: ", f->r->arch);
+    if (k < 0)
+        k = 0;
+    if ((size_t)k < n)
+        vsnprintf(out + k, n - (size_t)k, fmt, ap);
+    f->err->code = code;
+    return code;
+}
+
+lh_status lh_runner_fwd_fail(lh_fwd *f, lh_status code, const char *fmt, ...)
+{
+    if (!f)
+        return code;
+    va_list ap;
+    va_start(ap, fmt);
+    lh_status st = fwd_failv(f, code, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+lh_status lh_runner_fwd_status(lh_fwd *f)
+{
+    return f ? f->err->code : LH_E_USAGE;
+}
+
+const lh_attn_step *lh_runner_fwd_step(lh_fwd *f)
+{
+    return f ? f->step : NULL;
+}
+
+lh_kctx *lh_runner_fwd_kctx(lh_fwd *f)
+{
+    return f ? f->kctx : NULL;
+}
+
+void lh_runner_fwd_where(lh_fwd *f, const char *fmt, ...)
+{
+    if (!f)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->where, sizeof f->where, fmt, ap);
+    va_end(ap);
+}
+
+/* A kernel's status as the step's: its message, naming the block. */
+static lh_status kernel(lh_fwd *f, lh_status st, const char *block)
+{
+    if (st == LH_OK)
+        return LH_OK;
+    return lh_runner_fwd_fail(f, st, "%s: %s", block, lh_k_last_error(f->kctx));
+}
+
+static bool usable(lh_fwd *f)
+{
+    return f && f->err->code == LH_OK;
+}
+
+static lh_tensor take(lh_fwd *f, int64_t rows, int64_t cols)
+{
+    lh_tensor none = {0};
+    if (!usable(f))
+        return none;
+    if (rows <= 0 || cols <= 0 || rows > INT64_MAX / cols ||
+        rows * cols > (int64_t)(SIZE_MAX / 8 / sizeof(float))) {
+        lh_runner_fwd_fail(f, LH_E_USAGE, "scratch [%lld, %lld]: dimensions must be > 0 and "
+                           "their product representable", (long long)rows, (long long)cols);
+        return none;
+    }
+    size_t bytes = (size_t)(rows * cols) * sizeof(float);
+    bytes = (bytes + LH_SCRATCH_ALIGN - 1) / LH_SCRATCH_ALIGN * LH_SCRATCH_ALIGN;
+    lh_runner *r = f->r;
+    if (bytes > r->arena_bytes - f->arena_used) {
+        lh_runner_fwd_fail(f, LH_E_INTERNAL, "scratch request %lld [%lld, %lld] (%zu bytes) "
+                           "exceeds the step's arena (%zu of %zu bytes used) sized from the "
+                           "plugin's lh_forward_info (%lld B/token, %lld B/row, %lld requests) "
+                           "for %lld tokens: the plugin under-declared its scratch",
+                           (long long)f->requests, (long long)rows, (long long)cols, bytes,
+                           f->arena_used, r->arena_bytes,
+                           (long long)r->info.scratch_bytes_per_token,
+                           (long long)r->info.scratch_bytes_per_row,
+                           (long long)r->info.scratch_requests, (long long)f->step->n_tokens);
+        return none;
+    }
+    int64_t shape[2] = {rows, cols};
+    lh_tensor t = lh_runner_view(r->dev, LH_DTYPE_F32, (char *)r->arena + f->arena_used, 2,
+                                 shape);
+    f->arena_used += bytes;
+    return t;
+}
+
+lh_tensor lh_runner_scratch(lh_fwd *f, int64_t rows, int64_t cols)
+{
+    if (f && usable(f) && f->requests >= f->r->info.scratch_requests) {
+        lh_runner_fwd_fail(f, LH_E_INTERNAL, "scratch request %lld beyond the %lld the plugin "
+                           "declared (lh_forward_info.scratch_requests)",
+                           (long long)f->requests + 1, (long long)f->r->info.scratch_requests);
+        return (lh_tensor){0};
+    }
+    lh_tensor t = take(f, rows, cols);
+    if (f && t.data)
+        f->requests++;
+    return t;
+}
+
+lh_status lh_runner_embed(lh_fwd *f, const lh_weight *table, lh_tensor *out)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    if (!table || !out)
+        return lh_runner_fwd_fail(f, LH_E_USAGE, "embed: NULL %s", !table ? "table" : "out");
+    return kernel(f, lh_k_embedding(f->kctx, &table->t, f->tokens, f->step->n_tokens, out),
+                  "embedding");
+}
+
+lh_status lh_runner_linear(lh_fwd *f, const lh_tensor *x, const lh_weight *w,
+                           const lh_weight *bias, lh_tensor *y)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    if (!x || !w || !y)
+        return lh_runner_fwd_fail(f, LH_E_USAGE, "linear: NULL %s",
+                                  !x ? "x" : !w ? "weight" : "y");
+    lh_status st = lh_k_matmul(f->kctx, x, &w->t, bias ? &bias->t : NULL, y);
+    if (st == LH_OK)
+        return LH_OK;
+    return lh_runner_fwd_fail(f, st, "linear %s: %s", w->name, lh_k_last_error(f->kctx));
+}
+
+lh_status lh_runner_rmsnorm(lh_fwd *f, const lh_tensor *x, const lh_weight *w, float eps,
+                            float offset, lh_tensor *out)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    if (!x || !w || !out)
+        return lh_runner_fwd_fail(f, LH_E_USAGE, "rmsnorm: NULL argument");
+    lh_status st = lh_k_rmsnorm(f->kctx, x, &w->t, eps, offset, out);
+    if (st == LH_OK)
+        return LH_OK;
+    return lh_runner_fwd_fail(f, st, "rmsnorm %s: %s", w->name, lh_k_last_error(f->kctx));
+}
+
+lh_status lh_runner_residual_rmsnorm(lh_fwd *f, lh_tensor *residual, const lh_tensor *x,
+                                const lh_weight *w, float eps, float offset, lh_tensor *out)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    if (!residual || !x || !w || !out)
+        return lh_runner_fwd_fail(f, LH_E_USAGE, "add_rmsnorm: NULL argument");
+    lh_status st = lh_k_add_rmsnorm(f->kctx, residual, x, &w->t, eps, offset, out);
+    if (st == LH_OK)
+        return LH_OK;
+    return lh_runner_fwd_fail(f, st, "residual add + rmsnorm %s: %s", w->name,
+                              lh_k_last_error(f->kctx));
+}
+
+lh_status lh_runner_act_mul(lh_fwd *f, lh_activation act, const lh_tensor *gate,
+                            const lh_tensor *up, lh_tensor *out)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    switch (act) {
+    case LH_ACT_SILU:
+        return kernel(f, lh_k_silu_mul(f->kctx, gate, up, out), "silu * up");
+    case LH_ACT_GELU_TANH:
+        return kernel(f, lh_k_gelu_tanh_mul(f->kctx, gate, up, out), "gelu_tanh * up");
+    }
+    return lh_runner_fwd_fail(f, LH_E_USAGE, "act_mul: activation %d is not an lh_activation "
+                              "(LH_ACT_SILU 0, LH_ACT_GELU_TANH 1)", (int)act);
+}
+
+lh_status lh_runner_scale(lh_fwd *f, lh_tensor *x, float s)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    return kernel(f, lh_k_scale(f->kctx, x, s), "scale");
+}
+
+/* x [T, width] must be [T, heads * head_dim] for attend; returns its [T, heads, D] view. */
+static bool heads_view(lh_fwd *f, const char *what, const lh_tensor *x, int64_t heads, int64_t D,
+                       lh_tensor *out)
+{
+    const int64_t T = f->step->n_tokens;
+    if (!x || x->ndim != 2 || x->shape[0] != T || x->shape[1] != heads * D ||
+        x->stride[1] != 1 || x->stride[0] != heads * D) {
+        lh_runner_fwd_fail(f, LH_E_USAGE, "attend: %s must be a contiguous [%lld, %lld] tensor "
+                           "(tokens x %lld heads x %lld)", what, (long long)T,
+                           (long long)(heads * D), (long long)heads, (long long)D);
+        return false;
+    }
+    int64_t shape[3] = {T, heads, D};
+    *out = lh_runner_view(x->device, LH_DTYPE_F32, x->data, 3, shape);
+    return true;
+}
+
+/* RoPE per sequence with its own length (dynamic scaling reads it). */
+static lh_status rotate(lh_fwd *f, const lh_rope *rope, lh_tensor *x3)
+{
+    const lh_attn_step *step = f->step;
+    const int64_t nh = x3->shape[1], D = x3->shape[2];
+    for (int64_t s = 0; s < step->n_seqs; s++) {
+        if (step->n_new[s] == 0) /* nothing to rotate (and no empty view to pass) */
+            continue;
+        int64_t shape[3] = {step->n_new[s], nh, D};
+        lh_tensor part = lh_runner_view(x3->device, LH_DTYPE_F32,
+                                        (float *)x3->data + step->token_start[s] * nh * D, 3,
+                                        shape);
+        int64_t seq_len = step->ctx_len[s] + step->n_new[s];
+        lh_status st = lh_k_rope_apply(f->kctx, rope, &part,
+                                       step->positions + step->token_start[s], seq_len);
+        if (st != LH_OK)
+            return kernel(f, st, "rope");
+    }
+    return LH_OK;
+}
+
+lh_status lh_runner_attend(lh_fwd *f, const lh_attn_ref *a, lh_tensor *q, lh_tensor *k,
+                           lh_tensor *v, lh_tensor *out)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    if (!a)
+        return lh_runner_fwd_fail(f, LH_E_USAGE, "attend: NULL attention layer");
+    const lh_attention_spec *s = a->spec;
+    const int64_t D = s->head_dim;
+    lh_tensor q3, k3, v3, o3;
+    if (!heads_view(f, "q", q, s->num_heads, D, &q3) ||
+        !heads_view(f, "k", k, s->num_kv_heads, D, &k3) ||
+        !heads_view(f, "v", v, s->num_kv_heads, D, &v3) ||
+        !heads_view(f, "out", out, s->num_heads, D, &o3))
+        return f->err->code;
+    lh_runner *r = f->r;
+    const bool fused = r->fused_rope && a->rope;
+    if (a->rope && !fused && (rotate(f, a->rope, &q3) != LH_OK || rotate(f, a->rope, &k3)))
+        return f->err->code;
+    const lh_attn_forward_args args = {.struct_size = sizeof args,
+                                       .kv = lh_kv_cache_layer(r->kv, a->index),
+                                       .rope = fused ? a->rope : NULL};
+    char msg[512] = "";
+    lh_status st = r->attn_ops->forward(a->layer, f->kctx, f->step, &args, &q3, &k3, &v3, &o3,
+                                        msg, sizeof msg);
+    if (st != LH_OK)
+        return lh_runner_fwd_fail(f, st, "attention: %s", msg);
+    return LH_OK;
+}
+
+lh_tensor lh_runner_output_rows(lh_fwd *f, const lh_tensor *h)
+{
+    lh_tensor none = {0};
+    if (!usable(f))
+        return none;
+    if (!h || h->ndim != 2 || h->shape[0] != f->step->n_tokens) {
+        lh_runner_fwd_fail(f, LH_E_USAGE, "output_rows: h must be [%lld, D]",
+                           (long long)f->step->n_tokens);
+        return none;
+    }
+    if (f->n_out == 0) {
+        lh_runner_fwd_fail(f, LH_E_USAGE, "output_rows: this step asks for no logits (check "
+                           "that the logits tensor has rows before computing them)");
+        return none;
+    }
+    lh_tensor rows = take(f, f->n_out, h->shape[1]);
+    if (rows.data)
+        kernel(f, lh_k_gather_rows(f->kctx, h, f->out_rows, f->n_out, &rows), "output rows");
+    return usable(f) ? rows : none;
+}
+
+lh_tensor lh_runner_logits(lh_fwd *f)
+{
+    lh_tensor none = {0};
+    if (!f)
+        return none;
+    int64_t shape[2] = {f->n_out, f->r->info.vocab_size};
+    if (f->n_out == 0) { /* a step that only fills the cache: an empty view */
+        none.ndim = 2;
+        none.shape[1] = f->r->info.vocab_size;
+        none.device = f->r->dev;
+        return none;
+    }
+    return lh_runner_view(f->r->dev, LH_DTYPE_F32, f->r->logits, 2, shape);
+}

@@ -1,0 +1,84 @@
+/* Private to host/runtime/runner*.c: the runner and the handles the plugin's bind and forward
+ * see as opaque types (lh_model.h). */
+#ifndef LH_RUNTIME_RUNNER_INTERNAL_H
+#define LH_RUNTIME_RUNNER_INTERNAL_H
+
+#include "runner.h"
+
+/* A parameter of the tree as the forward blocks read it: a tensor on the runner's device. */
+struct lh_weight {
+    char *name;  /* "module.param" */
+    lh_tensor t;
+};
+
+/* One entry of the model's attention-layer table: its backend instance and RoPE table. */
+struct lh_attn_ref {
+    int64_t index;                 /* position in the table: the KV cache layer */
+    const char *module;            /* the attention module's full name (tree-owned) */
+    const lh_attention_spec *spec; /* normalized (tree-owned) */
+    lh_attn_layer *layer;
+    const lh_rope *rope;           /* NULL: no rotary embedding */
+};
+
+struct lh_bind {
+    lh_runner *r;
+    lh_err err; /* err.code: the sticky status */
+};
+
+struct lh_fwd {
+    lh_runner *r;
+    lh_kctx *kctx;
+    const lh_attn_step *step;
+    const int32_t *tokens;
+    const int64_t *out_rows;
+    int64_t n_out;
+    size_t arena_used;
+    int64_t requests;
+    char where[128];
+    lh_err *err; /* err->code: the sticky status */
+};
+
+struct lh_runner {
+    const char *arch; /* provider name (registry-owned) */
+    const lh_model_ops *ops;
+    void *state;      /* the plugin's model state */
+    bool bound;       /* bind succeeded: destroy owes the state */
+    lh_forward_info info;
+    int64_t max_seq_len, max_seqs;
+    /* every parameter of the tree, in tree order */
+    lh_weight *weights;
+    int64_t n_weights;
+    /* the attention-layer table, in registration order */
+    lh_attn_ref *attn;
+    int64_t n_attn;
+    lh_rope *ropes; /* distinct RoPE tables */
+    int64_t n_ropes;
+    const lh_attn_ops *attn_ops;
+    bool fused_rope;
+    /* the host's paged KV cache (NULL for backends with their own) and per-step tables */
+    lh_kv_cache *kv;
+    const int32_t **tables; /* [max_seqs] */
+    int64_t *table_len, *tokens_after; /* [max_seqs] */
+    /* the per-step scratch arena on the context's device */
+    void *arena;
+    size_t arena_bytes;
+    /* logits on the context's device, [logit_rows, vocab] */
+    int64_t logit_rows;
+    float *logits;
+    lh_kctx *kctx; /* borrowed; must outlive the runner */
+    lh_device dev;
+    /* device copies of the weights (CUDA or LLMHOST_COPY_WEIGHTS), freed with the runner */
+    void **wbufs;
+    int64_t n_wbufs;
+    int64_t weight_bytes;
+    /* CUDA graphs, one per decode batch size (index n_seqs - 1), created on first use */
+    bool graphs;
+    lh_k_graph **graph; /* [max_seqs] */
+};
+
+/* "cpu" or "cuda:N" into buf. */
+const char *lh_runner_device_name(lh_device dev, char *buf, size_t n);
+/* A contiguous view on `dev`. */
+lh_tensor lh_runner_view(lh_device dev, lh_dtype dt, void *data, int ndim, const int64_t *shape);
+
+#endif
