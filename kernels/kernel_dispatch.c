@@ -80,6 +80,32 @@ LH_EXPORT lh_status lh_k_embedding(lh_kctx *ctx, const lh_tensor *table, const i
                            lh_cpu_embedding(ctx, table, ids, n, out));
 }
 
+LH_EXPORT lh_status lh_k_embedding_add(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids,
+                                       int64_t n, lh_tensor *out)
+{
+    static const char fn[] = "lh_k_embedding_add";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "table", table, 2, 2, LH_KD_FLOAT));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "out", out, 2, 2, LH_KD_F32));
+    if (n < 0)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: n %" PRId64 " is negative", fn, n);
+    if (n > 0 && !ids)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: ids is NULL (n %" PRId64 ")", fn, n);
+    if (out->shape[0] != n || out->shape[1] != table->shape[1])
+        return lh_kerr(ctx, LH_E_USAGE, "%s: out %s must be [%" PRId64 ", %" PRId64 "] for table %s",
+                       fn, LH_KD_SH(out), n, table->shape[1], LH_KD_SH(table));
+    const int64_t V = table->shape[0];
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return lh_kerr(ctx, LH_E_USAGE,
+                           "%s: ids[%" PRId64 "] = %" PRId32 " is outside [0, %" PRId64 ") (table %s)",
+                           fn, i, ids[i], V, LH_KD_SH(table));
+    if (lh_kd_overlaps(out, table))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps table", fn);
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_embedding_add(ctx, table, ids, n, out),
+                           lh_cpu_embedding_add(ctx, table, ids, n, out));
+}
+
 /* ---- norms ---------------------------------------------------------------------------------- */
 
 static lh_status check_norm(lh_kctx *ctx, const char *fn, const lh_tensor *x, const lh_tensor *w,
@@ -131,6 +157,24 @@ LH_EXPORT lh_status lh_k_add_rmsnorm(lh_kctx *ctx, lh_tensor *residual, const lh
                            lh_cpu_rmsnorm(ctx, residual, x, w, eps, offset, out));
 }
 
+LH_EXPORT lh_status lh_k_layernorm(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
+                                   const lh_tensor *b, float eps, lh_tensor *out)
+{
+    static const char fn[] = "lh_k_layernorm";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    LH_KD_CHECK(check_norm(ctx, fn, x, w, eps, 0.0f, out));
+    if (b) {
+        LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "b", b, 1, 1, LH_KD_FLOAT));
+        if (b->shape[0] != x->shape[x->ndim - 1])
+            return lh_kerr(ctx, LH_E_USAGE, "%s: b %s must match the last dim of x %s", fn,
+                           LH_KD_SH(b), LH_KD_SH(x));
+        if (lh_kd_overlaps(out, b))
+            return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps b", fn);
+    }
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_layernorm(ctx, x, w, b, eps, out),
+                           lh_cpu_layernorm(ctx, x, w, b, eps, out));
+}
+
 /* ---- activations ---------------------------------------------------------------------------- */
 
 LH_EXPORT lh_status lh_k_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
@@ -179,6 +223,88 @@ LH_EXPORT lh_status lh_k_scale(lh_kctx *ctx, lh_tensor *x, float s)
     if (lh_cpu_numel(x) == 0)
         return LH_OK;
     return LH_KD_ON_DEVICE(ctx, lh_cuda_scale(ctx, x, s), lh_cpu_scale(ctx, x, s));
+}
+
+/* The plain activations: x and out f32 of the same shape, out == x or disjoint. */
+static lh_status check_unary(lh_kctx *ctx, const char *fn, const lh_tensor *x, const lh_tensor *out)
+{
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "x", x, 1, LH_MAX_DIMS, LH_KD_F32));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "out", out, 1, LH_MAX_DIMS, LH_KD_F32));
+    if (!lh_kd_same_shape(x, out))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: out %s must have the shape of x %s", fn, LH_KD_SH(out),
+                       LH_KD_SH(x));
+    if (!same_or_disjoint(out, x))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: out partially overlaps x (only exact aliasing is allowed)",
+                       fn);
+    return LH_OK;
+}
+
+LH_EXPORT lh_status lh_k_gelu(lh_kctx *ctx, const lh_tensor *x, lh_tensor *out)
+{
+    static const char fn[] = "lh_k_gelu";
+    LH_KD_CHECK(check_unary(ctx, fn, x, out));
+    if (lh_cpu_numel(x) == 0)
+        return LH_OK;
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_gelu(ctx, x, out), lh_cpu_gelu(ctx, x, out));
+}
+
+LH_EXPORT lh_status lh_k_gelu_tanh(lh_kctx *ctx, const lh_tensor *x, lh_tensor *out)
+{
+    static const char fn[] = "lh_k_gelu_tanh";
+    LH_KD_CHECK(check_unary(ctx, fn, x, out));
+    if (lh_cpu_numel(x) == 0)
+        return LH_OK;
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_gelu_tanh(ctx, x, out), lh_cpu_gelu_tanh(ctx, x, out));
+}
+
+LH_EXPORT lh_status lh_k_gelu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
+                                  lh_tensor *out)
+{
+    static const char fn[] = "lh_k_gelu_mul";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "gate", gate, 1, LH_MAX_DIMS, LH_KD_F32));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "up", up, 1, LH_MAX_DIMS, LH_KD_F32));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "out", out, 1, LH_MAX_DIMS, LH_KD_F32));
+    if (!lh_kd_same_shape(gate, up) || !lh_kd_same_shape(gate, out))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: gate %s, up %s and out %s must have the same shape", fn,
+                       LH_KD_SH(gate), LH_KD_SH(up), LH_KD_SH(out));
+    if (!same_or_disjoint(out, gate) || !same_or_disjoint(out, up))
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "%s: out partially overlaps gate or up (only exact aliasing is allowed)", fn);
+    if (lh_cpu_numel(gate) == 0)
+        return LH_OK;
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_gelu_mul(ctx, gate, up, out),
+                           lh_cpu_gelu_mul(ctx, gate, up, out));
+}
+
+LH_EXPORT lh_status lh_k_softcap(lh_kctx *ctx, lh_tensor *x, float cap)
+{
+    static const char fn[] = "lh_k_softcap";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "x", x, 1, LH_MAX_DIMS, LH_KD_F32));
+    if (!isfinite(cap) || !(cap > 0.0f))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: cap %g must be finite and > 0", fn, (double)cap);
+    if (lh_cpu_numel(x) == 0)
+        return LH_OK;
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_softcap(ctx, x, cap), lh_cpu_softcap(ctx, x, cap));
+}
+
+LH_EXPORT lh_status lh_k_add(lh_kctx *ctx, lh_tensor *y, const lh_tensor *x)
+{
+    static const char fn[] = "lh_k_add";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "y", y, 1, LH_MAX_DIMS, LH_KD_F32));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "x", x, 1, LH_MAX_DIMS, LH_KD_F32));
+    if (!lh_kd_same_shape(y, x))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: y %s and x %s must have the same shape", fn, LH_KD_SH(y),
+                       LH_KD_SH(x));
+    if (!same_or_disjoint(y, x))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: y partially overlaps x (only exact aliasing is allowed)",
+                       fn);
+    if (lh_cpu_numel(y) == 0)
+        return LH_OK;
+    return LH_KD_ON_DEVICE(ctx, lh_cuda_add(ctx, y, x), lh_cpu_add(ctx, y, x));
 }
 
 LH_EXPORT lh_status lh_k_softmax(lh_kctx *ctx, lh_tensor *x)
@@ -244,11 +370,14 @@ LH_EXPORT lh_status lh_k_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor
         if (positions[t] > maxpos)
             maxpos = positions[t];
     }
-    if (rope->scaling.kind && !strcmp(rope->scaling.kind, "dynamic") && T > 0 && seq_len < maxpos + 1)
+    /* dynamic and longrope tables depend on the sequence length, which covers every position */
+    const bool by_length = rope->inv_freq_long ||
+                           (rope->scaling.kind && !strcmp(rope->scaling.kind, "dynamic"));
+    if (by_length && T > 0 && seq_len < maxpos + 1)
         return lh_kerr(ctx, LH_E_USAGE,
-                       "%s: dynamic RoPE needs seq_len >= max(positions) + 1 (seq_len %" PRId64
+                       "%s: %s RoPE needs seq_len >= max(positions) + 1 (seq_len %" PRId64
                        ", max position %" PRId64 ")",
-                       fn, seq_len, maxpos);
+                       fn, rope->inv_freq_long ? "longrope" : "dynamic", seq_len, maxpos);
     return LH_KD_ON_DEVICE(ctx, lh_cuda_rope_apply(ctx, rope, x, positions, seq_len),
                            lh_cpu_rope_apply(ctx, rope, x, positions, seq_len));
 }
@@ -256,10 +385,11 @@ LH_EXPORT lh_status lh_k_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor
 /* ---- attention ------------------------------------------------------------------------------ */
 
 /* The checks both attention entry points share: q [T, H, D], k [S, KVH, D], v [S, KVH, Dv],
- * out [T, H, Dv] f32, GQA grouping, a finite scale, out disjoint from the inputs. */
+ * out [T, H, Dv] f32, GQA grouping, a finite scale, a finite softcap >= 0, out disjoint from
+ * the inputs. */
 static lh_status check_attention(lh_kctx *ctx, const char *fn, const lh_tensor *q,
                                  const lh_tensor *k, const lh_tensor *v, float scale,
-                                 const lh_tensor *out)
+                                 float softcap, const lh_tensor *out)
 {
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "q", q, 3, 3, LH_KD_F32));
@@ -283,6 +413,9 @@ static lh_status check_attention(lh_kctx *ctx, const char *fn, const lh_tensor *
                        fn, H, LH_KD_SH(q), KVH, LH_KD_SH(k));
     if (!isfinite(scale))
         return lh_kerr(ctx, LH_E_USAGE, "%s: scale %g is not finite", fn, (double)scale);
+    if (!isfinite(softcap) || softcap < 0.0f)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: softcap %g must be finite and >= 0 (0: none)", fn,
+                       (double)softcap);
     if (lh_kd_overlaps(out, q) || lh_kd_overlaps(out, k) || lh_kd_overlaps(out, v))
         return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps q, k or v", fn);
     return LH_OK;
@@ -290,10 +423,10 @@ static lh_status check_attention(lh_kctx *ctx, const char *fn, const lh_tensor *
 
 LH_EXPORT lh_status lh_k_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
                                    const lh_tensor *v, const int32_t *q_pos, float scale,
-                                   int64_t sliding_window, lh_tensor *out)
+                                   float softcap, int64_t sliding_window, lh_tensor *out)
 {
     static const char fn[] = "lh_k_attention";
-    LH_KD_CHECK(check_attention(ctx, fn, q, k, v, scale, out));
+    LH_KD_CHECK(check_attention(ctx, fn, q, k, v, scale, softcap, out));
     const int64_t T = q->shape[0], S = k->shape[0];
     if (T > 0 && !q_pos)
         return lh_kerr(ctx, LH_E_USAGE, "%s: q_pos is NULL (q %s)", fn, LH_KD_SH(q));
@@ -303,18 +436,19 @@ LH_EXPORT lh_status lh_k_attention(lh_kctx *ctx, const lh_tensor *q, const lh_te
                            "%s: q_pos[%" PRId64 "] = %" PRId32 " is outside the cache [0, %" PRId64
                            ") (k %s)",
                            fn, t, q_pos[t], S, LH_KD_SH(k));
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_attention(ctx, q, k, v, q_pos, scale, sliding_window, out),
-                           lh_cpu_attention(ctx, q, k, v, q_pos, scale, sliding_window, out));
+    return LH_KD_ON_DEVICE(
+        ctx, lh_cuda_attention(ctx, q, k, v, q_pos, scale, softcap, sliding_window, out),
+        lh_cpu_attention(ctx, q, k, v, q_pos, scale, softcap, sliding_window, out));
 }
 
 LH_EXPORT lh_status lh_k_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
                                              const lh_tensor *v, const int32_t *q_pos,
-                                             const int32_t *k_pos, float scale,
+                                             const int32_t *k_pos, float scale, float softcap,
                                              int64_t sliding_window, int64_t n_sinks,
                                              lh_tensor *out)
 {
     static const char fn[] = "lh_k_attention_positions";
-    LH_KD_CHECK(check_attention(ctx, fn, q, k, v, scale, out));
+    LH_KD_CHECK(check_attention(ctx, fn, q, k, v, scale, softcap, out));
     const int64_t T = q->shape[0], S = k->shape[0];
     if (n_sinks < 0)
         return lh_kerr(ctx, LH_E_USAGE, "%s: n_sinks %" PRId64 " is negative", fn, n_sinks);
@@ -328,8 +462,8 @@ LH_EXPORT lh_status lh_k_attention_positions(lh_kctx *ctx, const lh_tensor *q, c
                            t, q_pos[t]);
     return LH_KD_ON_DEVICE(
         ctx,
-        lh_cuda_attention_positions(ctx, q, k, v, q_pos, k_pos, scale, sliding_window, n_sinks,
-                                    out),
-        lh_cpu_attention_positions(ctx, q, k, v, q_pos, k_pos, scale, sliding_window, n_sinks,
-                                   out));
+        lh_cuda_attention_positions(ctx, q, k, v, q_pos, k_pos, scale, softcap, sliding_window,
+                                    n_sinks, out),
+        lh_cpu_attention_positions(ctx, q, k, v, q_pos, k_pos, scale, softcap, sliding_window,
+                                   n_sinks, out));
 }

@@ -192,6 +192,7 @@ static lh_status attn_common(lh_kctx *ctx, const char *fn, const lh_tensor *q,
     prm->rope = PARAM_HAS(params, rope) ? params->rope : NULL;
     prm->top_k = PARAM_HAS(params, sparse_top_k) ? params->sparse_top_k : 0;
     prm->local = PARAM_HAS(params, sparse_local_blocks) ? params->sparse_local_blocks : 0;
+    prm->softcap = PARAM_HAS(params, softcap) ? params->softcap : 0.0f;
     const int64_t H = q->shape[1], D = q->shape[2];
     if (D != pv->head_dim)
         return lh_kerr(ctx, LH_E_USAGE, "%s: q %s and the pool kv.k %s disagree on head_dim", fn,
@@ -206,6 +207,9 @@ static lh_status attn_common(lh_kctx *ctx, const char *fn, const lh_tensor *q,
                        LH_KD_SH(q));
     if (!isfinite(prm->scale))
         return lh_kerr(ctx, LH_E_USAGE, "%s: scale %g is not finite", fn, (double)prm->scale);
+    if (!isfinite(prm->softcap) || prm->softcap < 0.0f)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: softcap %g must be finite and >= 0 (0: none)", fn,
+                       (double)prm->softcap);
     if (prm->n_splits < 0)
         return lh_kerr(ctx, LH_E_USAGE, "%s: n_splits %" PRId64 " is negative", fn, prm->n_splits);
     if (prm->rope) {

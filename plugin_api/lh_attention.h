@@ -13,37 +13,20 @@
  * Ownership: the backend owns its layer instances (and its own KV storage, if any); the
  * runtime owns the step metadata, the forward arguments, the pool and the q/k/v/out tensors,
  * valid only during the call.
- * Errors: every function returns lh_status and writes a message into the err buffer it is
- * given; none aborts. */
+ * Errors: every function returns lh_status and, on failure, fills the lh_error it is given
+ * (lh_types.h: `return lh_error_set(err, LH_E_USAGE, "...", ...);`; err may be NULL); none
+ * aborts. */
 #ifndef LH_ATTENTION_H
 #define LH_ATTENTION_H
 
 #include "lh_tensor.h"
 #include "lh_types.h"
 
-#include <stdarg.h>
-#include <stdio.h>
-
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct lh_kctx lh_kctx;
-
-/* Writes a printf-style message into the err buffer of an attention call (err may be NULL or
- * n 0) and returns code: `return lh_attn_fail(err, n, LH_E_USAGE, "...", ...);`. */
-static inline lh_status lh_attn_fail(char *err, size_t n, lh_status code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static inline lh_status lh_attn_fail(char *err, size_t n, lh_status code, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* Geometry of one attention layer (constant for its lifetime). */
 typedef struct lh_attn_geometry {
@@ -86,6 +69,11 @@ typedef struct lh_attn_geometry {
     bool mla;
     bool has_q_lora_rank;
     int64_t q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    /* --- ABI 3 --- */
+    /* Attention-logit soft-capping (Gemma 2): scores = cap * tanh(scores / cap) after the
+     * q.k * scale product, before the masks and the softmax. Finite and >= 0 (checked by
+     * create_attention). */
+    float logit_softcap; /* 0: none; needs LH_ATTN_CAP_SOFTCAP */
 } lh_attn_geometry;
 
 /* One forward step over a packed batch: n_tokens tokens belonging to n_seqs sequences, the
@@ -128,10 +116,10 @@ typedef struct lh_attn_layer lh_attn_layer; /* a backend's per-layer instance */
 /* The backend vtable. struct_size tells which fields exist (append-only). */
 typedef struct lh_attn_ops {
     uint32_t struct_size;
-    lh_status (*create)(const lh_attn_geometry *g, lh_attn_layer **out, char *err, size_t n);
+    lh_status (*create)(const lh_attn_geometry *g, lh_attn_layer **out, lh_error *err);
     /* Once per step for every layer, before any layer's forward (checks the step against
      * the layer's cache; may be NULL). */
-    lh_status (*prepare)(lh_attn_layer *layer, const lh_attn_step *step, char *err, size_t n);
+    lh_status (*prepare)(lh_attn_layer *layer, const lh_attn_step *step, lh_error *err);
     /* q [T, H, D], k and v [T, KVH, D] f32 for the step's new tokens (RoPE already applied
      * unless the geometry says fused_rope); appends k, v to the cache and writes
      * out [T, H, D]. q and k may be modified (rotated in place). The tensors are on kctx's
@@ -141,7 +129,7 @@ typedef struct lh_attn_ops {
      * per-step bookkeeping belongs in prepare, which runs once. */
     lh_status (*forward)(lh_attn_layer *layer, lh_kctx *kctx, const lh_attn_step *step,
                          const lh_attn_forward_args *args, lh_tensor *q, lh_tensor *k,
-                         const lh_tensor *v, lh_tensor *out, char *err, size_t n);
+                         const lh_tensor *v, lh_tensor *out, lh_error *err);
     /* Forget what slot `slot` holds (the sequence finished); may be NULL (a backend on the
      * host's paged cache keeps nothing per sequence). */
     void (*release)(lh_attn_layer *layer, int64_t slot);

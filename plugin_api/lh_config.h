@@ -23,6 +23,12 @@ typedef struct lh_rope_scaling {
     double low_freq_factor, high_freq_factor; /* llama3 */
     int64_t original_max_position_embeddings; /* llama3, yarn, dynamic */
     double beta_fast, beta_slow, attention_factor, mscale, mscale_all_dim; /* yarn */
+    /* longrope (Phi-3): per-frequency divisors of inv_freq, n_factors (= rotary_dim / 2)
+     * each: short_factor for sequences up to original_max_position_embeddings, long_factor
+     * beyond; attention_factor as yarn's (0: from the ratio of max_position_embeddings to
+     * original_max_position_embeddings). NULL / 0 for other kinds. */
+    const double *short_factor, *long_factor;
+    int64_t n_factors;
 } lh_rope_scaling;
 
 /* Geometry of a decoder-only transformer. Absent optional integer fields are 0 and their

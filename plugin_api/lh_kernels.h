@@ -102,6 +102,32 @@ LH_EXPORT lh_status lh_k_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_
 LH_EXPORT lh_status lh_k_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up, lh_tensor *out);
 /* x *= s, in place, any shape, f32 */
 LH_EXPORT lh_status lh_k_scale(lh_kctx *ctx, lh_tensor *x, float s);
+/* out[M,D] = (x - mean(x)) / sqrt(var(x) + eps) * w + b, rows of the last dimension, with the
+ * population variance (torch.nn.LayerNorm); b may be NULL (no bias); w, b [D] f32/bf16/f16;
+ * statistics in f32 (the mean first, then the centred sum of squares); eps finite and >= 0.
+ * x (any rank >= 1, normalized over the last dim) and out may alias exactly. */
+LH_EXPORT lh_status lh_k_layernorm(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
+                                   const lh_tensor *b, float eps, lh_tensor *out);
+/* Activations, element-wise on f32 tensors of one shape (any rank, e.g. [M, N]; contiguous);
+ * out may alias the input exactly (a partial overlap is LH_E_USAGE):
+ *   lh_k_gelu       0.5 x (1 + erf(x / sqrt 2))          (gelu, approximate="none")
+ *   lh_k_gelu_tanh  0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (gelu_new,
+ *                   gelu_pytorch_tanh)
+ *   lh_k_gelu_mul   gelu(gate) * up, exact gelu, as lh_k_gelu_tanh_mul */
+LH_EXPORT lh_status lh_k_gelu(lh_kctx *ctx, const lh_tensor *x, lh_tensor *out);
+LH_EXPORT lh_status lh_k_gelu_tanh(lh_kctx *ctx, const lh_tensor *x, lh_tensor *out);
+LH_EXPORT lh_status lh_k_gelu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
+                                  lh_tensor *out);
+/* Soft-capping, in place, any shape, f32: x = cap * tanh(x / cap) (Gemma 2's final logits);
+ * cap finite and > 0 (otherwise LH_E_USAGE). */
+LH_EXPORT lh_status lh_k_softcap(lh_kctx *ctx, lh_tensor *x, float cap);
+/* y += x, same shape, f32, contiguous (a residual add); y may be x exactly (it doubles). */
+LH_EXPORT lh_status lh_k_add(lh_kctx *ctx, lh_tensor *y, const lh_tensor *x);
+/* out[i, :] += table[ids[i], :] converted to f32, for i < n (learned position embeddings:
+ * ids are the positions); ids outside [0, V) are an error, as lh_k_embedding (nothing is
+ * written then); ids is host memory on every device; out must not overlap table. */
+LH_EXPORT lh_status lh_k_embedding_add(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids,
+                                       int64_t n, lh_tensor *out);
 /* In-place row softmax over the last dim of x [M, N] f32 (max-subtracted). */
 LH_EXPORT lh_status lh_k_softmax(lh_kctx *ctx, lh_tensor *x);
 /* out[i] = argmax of row i of x [M, N] f32 (first index on ties). */
@@ -111,23 +137,39 @@ LH_EXPORT lh_status lh_k_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *
 
 /* RoPE as Hugging Face computes it (rotate_half layout: the first and second halves of each
  * head's rotary dims pair up). The table holds inv_freq and the attention scaling applied to
- * cos and sin, for the scaling kinds default, linear, dynamic, llama3 and yarn. */
+ * cos and sin, for the scaling kinds default, linear, dynamic, llama3, yarn and longrope. */
 typedef struct lh_rope {
-    int64_t rotary_dim;        /* == head_dim here */
+    int64_t rotary_dim;        /* <= head_dim: dims [0, rotary_dim) of each head rotate (pairs
+                                * i, i + rotary_dim / 2), [rotary_dim, head_dim) pass through
+                                * (partial_rotary_factor) */
     double theta;
-    lh_rope_scaling scaling;   /* kind NULL or "default": none */
+    lh_rope_scaling scaling;   /* kind NULL or "default": none; short_factor / long_factor
+                                * point into `factors` */
     int64_t max_position_embeddings;
-    float attention_scaling;   /* yarn: applied to cos and sin; 1 otherwise */
-    float *inv_freq;           /* [rotary_dim / 2], owned */
+    float attention_scaling;   /* yarn, longrope: applied to cos and sin; 1 otherwise */
+    float *inv_freq;           /* [rotary_dim / 2], owned; longrope: the short table */
+    /* longrope: the table for sequences longer than the original maximum
+     * (scaling.original_max_position_embeddings, or max_position_embeddings when that is 0),
+     * 1 / (long_factor[i] * theta^(2i/d)); owned. NULL for the other kinds. */
+    float *inv_freq_long;
+    /* Owned copies of scaling.short_factor and scaling.long_factor (2 * n_factors doubles,
+     * short first); NULL when n_factors is 0. */
+    double *factors;
 } lh_rope;
 /* Fills rope (inv_freq malloc'ed). Unknown scaling kind -> LH_E_UNSUPPORTED naming it; the
- * message is read with lh_k_last_error(NULL). Free with lh_k_rope_free. */
+ * message is read with lh_k_last_error(NULL). Free with lh_k_rope_free.
+ * longrope needs n_factors == rotary_dim / 2 and both factor arrays (finite, > 0); attention
+ * scaling: scaling.attention_factor when > 0, else with factor = scaling.factor when > 0,
+ * else max_position_embeddings / original, sqrt(1 + ln(factor) / ln(original)), or 1 when
+ * factor <= 1 (transformers' _compute_longrope_parameters). */
 LH_EXPORT lh_status lh_k_rope_init(lh_rope *rope, int64_t rotary_dim, double theta,
                                    const lh_rope_scaling *scaling, int64_t max_position_embeddings);
 LH_EXPORT void lh_k_rope_free(lh_rope *rope);
 /* Rotates x [T, H, D] f32 in place, token t at positions[t]. For "dynamic" scaling the
  * frequencies follow HF: recomputed from seq_len = max(positions) + 1 when it exceeds the
- * original maximum (the caller passes that seq_len). */
+ * original maximum (the caller passes that seq_len). For "longrope" the same seq_len picks
+ * the table, as HF's longrope_frequency_update: inv_freq_long when seq_len > the original
+ * maximum, inv_freq otherwise. */
 LH_EXPORT lh_status lh_k_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x,
                                     const int32_t *positions, int64_t seq_len);
 
@@ -136,17 +178,19 @@ LH_EXPORT lh_status lh_k_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor
  *   k, v [S, KVH, D] f32 (cache positions 0..S-1), H % KVH == 0 (GQA),
  *   out [T, H, D] f32.
  * Token t attends to cache positions p <= q_pos[t] (causal) and, with sliding_window > 0,
- * p > q_pos[t] - sliding_window. scale multiplies q·k (usually 1/sqrt(D)). */
+ * p > q_pos[t] - sliding_window. scale multiplies q·k (usually 1/sqrt(D)). softcap > 0
+ * soft-caps the scores before the mask and the softmax, as Gemma 2's attention does: score =
+ * softcap * tanh((q·k * scale) / softcap) (f32); 0: none; negative or not finite: LH_E_USAGE. */
 LH_EXPORT lh_status lh_k_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
                                    const lh_tensor *v, const int32_t *q_pos, float scale,
-                                   int64_t sliding_window, lh_tensor *out);
+                                   float softcap, int64_t sliding_window, lh_tensor *out);
 /* Attention of T queries over S cached keys that sit at arbitrary positions (a ring buffer):
  * q [T, H, D], k, v [S, KVH, D] f32, q_pos[T], k_pos[S] (host arrays; k_pos < 0 marks an empty slot, never visible);
  * key s is visible to query t when k_pos[s] <= q_pos[t] and (k_pos[s] < n_sinks or sliding_window <= 0 or k_pos[s] > q_pos[t] - sliding_window).
  * A query that sees no key gets zeros. Scores f32, max-subtracted softmax, as lh_k_attention; keys summed in slot order.
  * v may have its own head dim Dv (out [T, H, Dv]); H % KVH == 0; q_pos[t] >= 0; n_sinks >= 0;
- * scale finite; out must not overlap q, k or v. */
-LH_EXPORT lh_status lh_k_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k, const lh_tensor *v, const int32_t *q_pos, const int32_t *k_pos, float scale, int64_t sliding_window, int64_t n_sinks, lh_tensor *out);
+ * scale finite; softcap as lh_k_attention (0: none); out must not overlap q, k or v. */
+LH_EXPORT lh_status lh_k_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k, const lh_tensor *v, const int32_t *q_pos, const int32_t *k_pos, float scale, float softcap, int64_t sliding_window, int64_t n_sinks, lh_tensor *out);
 
 /* ---- paged KV cache ------------------------------------------------------------------------
  *
@@ -211,6 +255,13 @@ typedef struct lh_paged_attn_params {
      * values, or sparse_top_k > 0 with sparse_local_blocks 0: LH_E_USAGE. */
     int64_t sparse_top_k;
     int64_t sparse_local_blocks;
+    /* Attention-logit soft-capping (Gemma 2), as lh_k_attention's softcap: every score
+     * becomes softcap * tanh(score / softcap) before the softmax (in every path: split,
+     * batched, sparse). Sparse block selection still ranks blocks by the bound of the raw
+     * q.k above: the cap is increasing, so the ranking is the same (except where it rounds
+     * two bounds to one value). 0 (or not covered by struct_size): none; negative or not
+     * finite: LH_E_USAGE. */
+    float softcap;
 } lh_paged_attn_params;
 
 /* Attention of one sequence over its paged KV cache:

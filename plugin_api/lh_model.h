@@ -70,10 +70,11 @@ typedef struct lh_forward_info {
 /* Alignment of every scratch tensor's data. */
 #define LH_SCRATCH_ALIGN 256
 
-/* Gated activations: out = act(gate) * up. */
+/* Activations (api->act; gated: api->act_mul, out = act(gate) * up). */
 typedef enum lh_activation {
     LH_ACT_SILU = 0,      /* x * sigmoid(x) (silu, swish) */
-    LH_ACT_GELU_TANH = 1  /* gelu with the tanh approximation (gelu_pytorch_tanh) */
+    LH_ACT_GELU_TANH = 1, /* gelu with the tanh approximation (gelu_new, gelu_pytorch_tanh) */
+    LH_ACT_GELU = 2       /* exact gelu, 0.5 x (1 + erf(x / sqrt 2)) */
 } lh_activation;
 
 typedef lh_status (*lh_model_construct_fn)(const lh_host_api *api, lh_build *b,

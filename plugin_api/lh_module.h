@@ -41,8 +41,11 @@ typedef struct lh_attention_spec {
      * it). rope false: none (learned or no positions). rope_scaling.kind NULL: unscaled. */
     bool rope;
     double rope_theta;
-    lh_rope_scaling rope_scaling; /* copied, kind included */
-    int64_t rope_max_positions;   /* max_position_embeddings (dynamic and yarn scaling) */
+    lh_rope_scaling rope_scaling; /* copied, kind and factor arrays included */
+    /* The longest sequence the layer was trained for (max_position_embeddings): the run's
+     * default max_seq_len, and what dynamic, yarn and longrope scaling read. 0: the config's
+     * max_position_embeddings. */
+    int64_t max_positions;
     /* Multi-head latent attention: the cached width per token is kv_lora_rank +
      * qk_rope_head_dim (latent), not 2 x kv_heads x head_dim. */
     bool mla;
@@ -52,6 +55,12 @@ typedef struct lh_attention_spec {
     int64_t qk_rope_head_dim;
     int64_t qk_nope_head_dim;
     int64_t v_head_dim;
+    /* Partial rotary: RoPE rotates the first rotary_dim dims of each head and passes the rest
+     * (partial_rotary_factor). 0: the whole head. Even, <= head_dim. */
+    int64_t rotary_dim;
+    /* Attention-logit soft-capping (Gemma 2): scores = cap * tanh(scores / cap) before the
+     * mask and softmax; needs a backend with LH_ATTN_CAP_SOFTCAP. 0: none. */
+    double logit_softcap;
 } lh_attention_spec;
 
 /* How a parameter may be stored once the quant config has been applied. */

@@ -73,6 +73,8 @@ typedef struct lh_draft_provider {
 #define LH_ATTN_CAP_MIXED_KV       (1u << 8)
 /* keys and values live in the host's paged KV cache manager (lh_attention.h) */
 #define LH_ATTN_CAP_PAGED_KV       (1u << 9)
+/* attention-logit soft-capping (lh_attn_geometry.logit_softcap, Gemma 2) */
+#define LH_ATTN_CAP_SOFTCAP        (1u << 10)
 
 /* An attention backend: its name, constant capabilities (readable without an instance) and
  * the per-layer vtable (lh_attention.h). */
@@ -93,7 +95,8 @@ struct lh_host_api {
     void (*log)(lh_plugin_ctx *ctx, lh_log_level level, const char *fmt, ...) LH_PRINTF(3, 4);
     /* Absolute path of the plugin file being initialized (to find data shipped beside it). */
     const char *(*plugin_path)(lh_plugin_ctx *ctx);
-    /* Record why init fails; returns LH_E_INIT so init can `return api->init_fail(...)`. */
+    /* Record why init fails (the first reason is kept); returns LH_E_INIT so init can
+     * `return api->init_fail(...)`. */
     lh_status (*init_fail)(lh_plugin_ctx *ctx, const char *fmt, ...) LH_PRINTF(2, 3);
 
     /* Registration: valid only during init. The host copies the struct and its strings.
@@ -125,6 +128,15 @@ struct lh_host_api {
                              int64_t out, bool bias);
     lh_module *(*add_rmsnorm)(lh_build *b, lh_module *parent, const char *name, int64_t dim,
                               double eps);
+    /* LayerNorm: weight [dim] (+ bias [dim]). */
+    lh_module *(*add_layernorm)(lh_build *b, lh_module *parent, const char *name, int64_t dim,
+                                double eps, bool bias);
+    /* A linear whose checkpoint stores the weight transposed, [in, out] (GPT-2's Conv1D), and
+     * a bias [out]. The tree (and explain) keep the stored shape; the host transposes the
+     * weight once when it binds the model, so the forward's linear sees [out, in] as always.
+     * Not quantizable (quantization.* refuses it, naming it). */
+    lh_module *(*add_linear_transposed)(lh_build *b, lh_module *parent, const char *name,
+                                        int64_t in, int64_t out, bool bias);
     /* An attention layer (lh_module.h): a container registered in the attention-layer table
      * with its geometry; the plugin adds its projections under it. Errors (sticky, LH_E_USAGE):
      * NULL spec, struct_size smaller than the SDK's, invalid geometry (named). */
@@ -139,8 +151,6 @@ struct lh_host_api {
     /* A raw parameter on a module, for layers the blocks above do not cover. */
     lh_status (*add_param)(lh_build *b, lh_module *m, const char *name, int ndim,
                            const int64_t *shape, lh_param_role role);
-    /* Norm fusion chain: `layer`'s residual add runs fused with `next_norm`. */
-    lh_status (*chain_norm)(lh_build *b, lh_module *layer, lh_module *next_norm);
     /* `dst`'s weight is `src`'s weight (tied embeddings); counted and stored once. */
     lh_status (*tie_weights)(lh_build *b, lh_module *dst, lh_module *src);
     /* Fail the build with a message; returns `code`. */
@@ -151,13 +161,14 @@ struct lh_host_api {
     /* create_attention: one attention layer of backend `p` (as the host selected it) for
      * geometry `g`, with every construction-time check of DESIGN §8 before the backend's own
      * create runs: each feature the geometry asks for (sliding window, chunked attention, MLA,
-     * fp8 / mixed-precision KV, sparse attention, fused RoPE) needs the backend's capability
-     * flag; MLA dimensions must be valid; num_kv_heads 0 means num_heads. Errors:
-     * LH_E_UNSUPPORTED (a missing capability or implementation, naming both), LH_E_CONFIG
-     * (invalid MLA dimensions, naming the field), the backend's create status. The caller owns
-     * *out and frees it with p->ops->destroy. */
+     * fp8 / mixed-precision KV, sparse attention, fused RoPE, logit soft-capping) needs the
+     * backend's capability flag; MLA dimensions and the soft-cap must be valid; num_kv_heads 0
+     * means num_heads. Errors, in *err (may be NULL): LH_E_UNSUPPORTED (a missing capability
+     * or implementation, naming both), LH_E_CONFIG (invalid MLA dimensions or a negative or
+     * non-finite logit_softcap, naming the field), the backend's create status and message.
+     * The caller owns *out and frees it with p->ops->destroy. */
     lh_status (*create_attention)(const lh_attn_backend_provider *p, const lh_attn_geometry *g,
-                                  lh_attn_layer **out, char *err, size_t n);
+                                  lh_attn_layer **out, lh_error *err);
 
     /* ---- bind phase (lh_model.h): handles to what the host bound, sticky on bd ----------- */
     /* The parameter whose full name ("model.layers.3.self_attn.q_proj.weight") the format
@@ -172,6 +183,11 @@ struct lh_host_api {
      * blocks below do not wrap (norm weights, biases, embeddings; a quantized linear weight
      * has no plain tensor: NULL). */
     const lh_tensor *(*weight_tensor)(const lh_weight *w);
+    /* Rows [start, start + count) of a weight [out, in] or bias [out] as a weight of its own:
+     * the column view of a fused projection's output (qkv_proj, gate_up_proj, c_attn), no
+     * copy. Errors (sticky, LH_E_USAGE): NULL w, a range outside the rows, a quantized w. */
+    const lh_weight *(*weight_rows)(lh_bind *bd, const lh_weight *w, int64_t start,
+                                    int64_t count);
     lh_status (*bind_fail)(lh_bind *bd, lh_status code, const char *fmt, ...) LH_PRINTF(3, 4);
     lh_status (*bind_status)(lh_bind *bd);
 
@@ -197,6 +213,18 @@ struct lh_host_api {
     /* residual += x; out = rmsnorm(residual) (the norm fusion chain). out may alias x. */
     lh_status (*residual_rmsnorm)(lh_fwd *f, lh_tensor *residual, const lh_tensor *x,
                              const lh_weight *w, float eps, float offset, lh_tensor *out);
+    /* out [n_tokens, dim] += rows of `table` [positions, dim] at the step's positions
+     * (learned position embeddings). */
+    lh_status (*embed_positions)(lh_fwd *f, const lh_weight *table, lh_tensor *out);
+    /* LayerNorm over rows of x's last dimension; bias may be NULL; out may alias x. */
+    lh_status (*layernorm)(lh_fwd *f, const lh_tensor *x, const lh_weight *w,
+                           const lh_weight *bias, float eps, lh_tensor *out);
+    /* y += x (a residual add), same shape. */
+    lh_status (*add)(lh_fwd *f, lh_tensor *y, const lh_tensor *x);
+    /* out = act(x); out may alias x. */
+    lh_status (*act)(lh_fwd *f, lh_activation act, const lh_tensor *x, lh_tensor *out);
+    /* x = cap * tanh(x / cap) in place (final-logit soft-capping); cap > 0. */
+    lh_status (*softcap)(lh_fwd *f, lh_tensor *x, float cap);
     /* out = act(gate) * up; out may alias gate or up. */
     lh_status (*act_mul)(lh_fwd *f, lh_activation act, const lh_tensor *gate,
                          const lh_tensor *up, lh_tensor *out);

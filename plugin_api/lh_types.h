@@ -65,7 +65,17 @@ typedef enum lh_log_level {
 
 /* The one error record of the SDK and the embedding API: a status and its message, the
  * innermost cause last ("layer 3 attention: sequence 2: ..."). Whoever receives an lh_error *
- * fills it on failure; LH_ERROR_MSG_SIZE is a layout constant checked when a plugin loads. */
+ * fills it on failure; LH_ERROR_MSG_SIZE is a layout constant checked when a plugin loads.
+ *
+ * How plugin code reports a failure, everywhere: a call that is handed an lh_error * (a
+ * model's check_config, every attention-backend op, the host's create_attention) fills it with
+ * lh_error_set and returns its status; a phase that runs against a host context (init, a
+ * model's construct, bind and forward) reports through that context's fail function
+ * (init_fail, build_fail, bind_fail, fwd_fail), which fills the lh_error the context holds and
+ * keeps the first one (sticky). Either way the host adds where it happened ("GPT2LMHeadModel:
+ * layer 3: ...") and nothing else travels. Kernels (lh_kernels.h) return a status and leave
+ * their message on their context for the caller to wrap (lh_k_last_error): the host's blocks
+ * do that, so plugin code that calls blocks never reads it. */
 #define LH_ERROR_MSG_SIZE 2048
 typedef struct lh_error {
     lh_status code;

@@ -33,7 +33,8 @@ For each model <name> it writes tests/fixtures/models/<name>/:
                      rope_parameters, torch_dtype instead of dtype), which is
                      what most checkpoints on the Hub still carry; verified to
                      load into an identical model.
-  reference.json     prompts, greedy generations, margins, versions, notes.
+  reference.json     prompts, greedy generations, margins, num_parameters
+                     (model.num_parameters()), versions, notes.
   logits_<i>.npy     float32 [len(prompt_i), vocab], forward pass on prompt i
                      alone, computed in the checkpoint's dtype.
   logits_f32_<i>.npy (bf16 checkpoints only) the same with the bf16 weights
@@ -179,6 +180,77 @@ MODELS = [
                 "out-of-tree examples/gemma_plugin; in external/gemma-f32."),
 ]
 
+# Families the host has never seen (issue 12): each is one built-in plugin's forward pass.
+GPT2_BASE = dict(
+    vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=128, n_inner=None,
+    activation_function="gelu_new", layer_norm_epsilon=1e-5, tie_word_embeddings=True,
+    bos_token_id=None, eos_token_id=None, pad_token_id=None, use_cache=True,
+)
+PHI3_LONGROPE = dict(
+    rope_type="longrope", rope_theta=10000.0, partial_rotary_factor=0.5,
+    short_factor=[1.0, 1.25, 1.6, 2.5], long_factor=[1.5, 3.0, 6.0, 12.0],
+)
+MODELS += [
+    dict(name="gpt2-f32", model_type="gpt2", dtype="float32", seed=1016, base=GPT2_BASE,
+         config=dict(),
+         covers="GPT-2 (GPT2LMHeadModel): LayerNorm with bias before attention and MLP, "
+                "learned position embeddings (wpe), fused c_attn (q|k|v) and every linear "
+                "a Conv1D stored [in, out], gelu_new MLP (n_inner null = 4 x n_embd), tied "
+                "lm_head, its own config keys (n_embd 64, n_layer 2, n_head 4, n_positions "
+                "128), no RoPE, float32."),
+    dict(name="gpt2-bf16", model_type="gpt2", dtype="bfloat16", seed=1017, base=GPT2_BASE,
+         config=dict(scale_attn_by_inverse_layer_idx=True),
+         covers="GPT-2 as gpt2-f32 in bfloat16, with scale_attn_by_inverse_layer_idx "
+                "(layer i's scores divided by i + 1 as well)."),
+    dict(name="phi3-f32", model_type="phi3", dtype="float32", seed=1018,
+         config=dict(num_key_value_heads=2, max_position_embeddings=64,
+                     original_max_position_embeddings=16, sliding_window=12,
+                     rope_parameters=PHI3_LONGROPE),
+         prompt_lens=(5, 24, 1),
+         covers="Phi-3 (Phi3ForCausalLM): fused qkv_proj and gate_up_proj, GQA 4/2, "
+                "partial_rotary_factor 0.5 (RoPE on 8 of 16 head dims), longrope with "
+                "short/long factors (original max 16, max 64: attention factor "
+                "sqrt(1 + ln 4 / ln 16)); prompt 1 (24 tokens) and generations past 16 use "
+                "long_factor. sliding_window 12 on every layer. float32."),
+    dict(name="gemma2-f32", model_type="gemma2", dtype="float32", seed=1019, emb_std=0.1,
+         config=dict(num_hidden_layers=3, num_key_value_heads=2, head_dim=16,
+                     tie_word_embeddings=False, hidden_activation="gelu_pytorch_tanh",
+                     query_pre_attn_scalar=24, sliding_window=6, attn_logit_softcapping=4.0,
+                     final_logit_softcapping=5.0),
+         prompt_lens=(5, 20, 1),
+         covers="Gemma 2 (Gemma2ForCausalLM): (1 + w) RMSNorms before and after attention "
+                "and MLP, embeddings scaled by sqrt(64), query_pre_attn_scalar 24 (scale "
+                "24^-1/2, not head_dim's), attention logits soft-capped at 4 and final "
+                "logits at 5 (both small enough to matter here), layers 0 and 2 sliding "
+                "(window 6) and layer 1 full, GQA 4/2, GELU-tanh, untied (random tied "
+                "Gemma embeddings make greedy repeat one token), float32."),
+    dict(name="gemma3-f32", model_type="gemma3_text", dtype="float32", seed=1020,
+         emb_std=0.1,
+         config=dict(num_hidden_layers=3, num_key_value_heads=2, head_dim=16,
+                     tie_word_embeddings=False, hidden_activation="gelu_pytorch_tanh",
+                     query_pre_attn_scalar=16, sliding_window=6,
+                     layer_types=["sliding_attention", "full_attention",
+                                  "sliding_attention"],
+                     rope_parameters=dict(
+                         sliding_attention=dict(rope_type="default", rope_theta=10000.0),
+                         full_attention=dict(rope_type="linear", factor=2.0,
+                                             rope_theta=1000000.0))),
+         prompt_lens=(5, 20, 1),
+         covers="Gemma 3 text (Gemma3ForCausalLM): as Gemma 2 without soft-capping, plus "
+                "(1 + w) q_norm/k_norm per head before RoPE; sliding layers 0 and 2 (window "
+                "6) rotate with base 10000, the full layer 1 with base 1e6 and linear "
+                "scaling 2. Untied, float32."),
+    dict(name="olmo2-f32", model_type="olmo2", dtype="float32", seed=1021,
+         config=dict(num_key_value_heads=2, rms_norm_eps=1e-6),
+         covers="OLMo 2 (Olmo2ForCausalLM): RMSNorm after the attention and MLP outputs "
+                "(post_attention_layernorm, post_feedforward_layernorm) and none before, "
+                "q_norm/k_norm over the whole q (64) and k (32) projections before RoPE, "
+                "GQA 4/2, untied, float32."),
+]
+
+# transformers' model types whose RMSNorm scales by (1 + w)
+OFFSET_NORM_TYPES = ("gemma", "gemma2", "gemma3_text")
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -193,7 +265,7 @@ def versions():
 
 
 def build_config(spec):
-    cfg = dict(BASE)
+    cfg = dict(spec.get("base", BASE))
     cfg.update(spec["config"])
     cls = AutoConfig.for_model(spec["model_type"], **cfg)
     return cls
@@ -204,14 +276,18 @@ def init_weights(model, seed, emb_std, norm_offset=0.0):
     on every part (logits far from uniform, norms/biases matter). norm_offset:
     what the model adds to its RMSNorm weights (Gemma: 1), subtracted here so
     the effective norm scale is U(0.8, 1.2) for every model."""
+    from transformers.pytorch_utils import Conv1D
     g = torch.Generator().manual_seed(seed)
     hidden = model.config.hidden_size
     with torch.no_grad():
         # named_parameters() drops the tied duplicate (lm_head.weight when tied).
         for name, p in model.named_parameters():
             shape = p.shape
-            if "embed_tokens" in name:
+            owner = model.get_submodule(name.rsplit(".", 1)[0])
+            if "embed_tokens" in name or name.endswith(("wte.weight", "wpe.weight")):
                 w = emb_std * torch.randn(shape, generator=g)
+            elif isinstance(owner, torch.nn.LayerNorm) and name.endswith(".weight"):
+                w = 0.8 + 0.4 * torch.rand(shape, generator=g)
             elif name.endswith("norm.weight"):
                 # RMSNorm weights (input/post_attention/final, qwen3 q/k norm)
                 w = (0.8 - norm_offset) + 0.4 * torch.rand(shape, generator=g)
@@ -219,7 +295,7 @@ def init_weights(model, seed, emb_std, norm_offset=0.0):
                 w = 0.3 * torch.randn(shape, generator=g)
             elif p.dim() == 2:
                 # ~unit-variance outputs for unit-variance inputs, times 1.5
-                fan_in = shape[1]
+                fan_in = shape[0] if isinstance(owner, Conv1D) else shape[1]
                 std = 1.5 / math.sqrt(fan_in)
                 if "lm_head" in name:
                     std = 2.5 / math.sqrt(hidden)
@@ -240,7 +316,8 @@ def make_model(spec, seed):
     # embeddings are smaller still (else the residual stream is the input token and greedy
     # repeats it).
     emb_std = spec.get("emb_std", 0.35 if config.tie_word_embeddings else 1.0)
-    init_weights(model, seed, emb_std, 1.0 if spec["model_type"] == "gemma" else 0.0)
+    init_weights(model, seed, emb_std,
+                 1.0 if spec["model_type"] in OFFSET_NORM_TYPES else 0.0)
     model.eval()
     model.generation_config.eos_token_id = None
     model.generation_config.bos_token_id = None
@@ -332,6 +409,13 @@ def legacy_config(cfg):
     """Pre-transformers-5 spelling of a config dict."""
     d = copy.deepcopy(cfg)
     rp = d.pop("rope_parameters", None) or {}
+    if "full_attention" in rp:  # per layer type (Gemma 3): v4 had a local base frequency
+        d["rope_local_base_freq"] = rp.get("sliding_attention", {}).get("rope_theta", 10000.0)
+        rp = dict(rp["full_attention"])
+    if "partial_rotary_factor" in rp:  # v4 kept it at the top level
+        d["partial_rotary_factor"] = rp.pop("partial_rotary_factor")
+    if rp.get("rope_type") == "longrope":  # v4 spelled longrope's kind "type"
+        rp["type"] = rp.pop("rope_type")
     d["rope_theta"] = rp.pop("rope_theta", 10000.0)
     if rp.get("rope_type", "default") == "default" and len(rp) <= 1:
         d["rope_scaling"] = None
@@ -481,7 +565,7 @@ def generate_one(spec, out_dir, verify):
             "N(0,%g^2) (tied; multiplied by sqrt(hidden) on input)" % spec["emb_std"]
             if "emb_std" in spec else "N(0,1) (N(0,0.35^2) when tied)",
             " as effective scale (Gemma stores w with scale 1 + w: "
-            "w ~ U(-0.2, 0.2))" if spec["model_type"] == "gemma" else ""),
+            "w ~ U(-0.2, 0.2))" if spec["model_type"] in OFFSET_NORM_TYPES else ""),
         "prompts are token ids fed as-is: no BOS is added, no tokenizer exists.",
         "logits_<i>.npy: float32 [len(prompt_i), vocab], one forward pass "
         "(transformers, eager attention, CPU, use_cache=False) over prompt i "
@@ -514,6 +598,7 @@ def generate_one(spec, out_dir, verify):
         "model": name,
         "architecture": cfg.get("architectures", [None])[0],
         "dtype": spec["dtype"],
+        "num_parameters": model.num_parameters(),
         "prompts": prompts,
         "greedy": res["greedy"],
         "greedy_margin": [[fmt(x) for x in m] for m in res["margins"]],
@@ -559,6 +644,12 @@ FEATURE_OFF = {
     "llama-rope-yarn": ({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
                         {0: "1:", 1: "1:", 2: None}),
     "mistral-swa-f32": ({"sliding_window": None}, {0: None, 1: "8:", 2: None}),
+    "gemma2-f32": ({"attn_logit_softcapping": None, "final_logit_softcapping": None},
+                   {0: "0:", 1: "0:", 2: "0:"}),
+    "phi3-f32": ({"rope_parameters": dict(PHI3_LONGROPE, short_factor=[1.0] * 4,
+                                          long_factor=[1.0] * 4),
+                  "original_max_position_embeddings": 64},
+                 {0: "1:", 1: "1:", 2: None}),
 }
 
 
@@ -639,7 +730,7 @@ def verify_one(d, spec, prompts, res):
                 names |= set(sf.keys())
                 for k in sf.keys():
                     assert sf.get_slice(k).get_dtype() in ("F32", "BF16")
-    tied = spec["config"].get("tie_word_embeddings", False)
+    tied = {**spec.get("base", BASE), **spec["config"]}.get("tie_word_embeddings", False)
     assert ("lm_head.weight" in names) == (not tied), (spec["name"], tied)
 
 
@@ -771,7 +862,7 @@ the weights.
 | `config.json`, `generation_config.json` | as `save_pretrained` writes them (transformers {transformers}) |
 | `model.safetensors` | weights (F32 or BF16); the sharded model has `model-0000k-of-00003.safetensors` + `model.safetensors.index.json` instead |
 | `config.v4.json` | same config, pre-transformers-5 spelling (see below) |
-| `reference.json` | `prompts`, `greedy`, `greedy_margin`, (`greedy_f32`, `greedy_margin_f32` for bf16), `dtype`, versions, `seed`, `stats`, `notes` |
+| `reference.json` | `num_parameters`, `prompts`, `greedy`, `greedy_margin`, (`greedy_f32`, `greedy_margin_f32` for bf16), `dtype`, versions, `seed`, `stats`, `notes` |
 | `logits_<i>.npy` | float32 `[len(prompts[i]), vocab]`: one forward pass over prompt i alone, computed in the checkpoint dtype |
 | `logits_f32_<i>.npy` | bf16 models only: same, with the bf16 weights upcast to float32 (`model.float()`) |
 

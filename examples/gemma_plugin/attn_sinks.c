@@ -65,12 +65,12 @@ static int64_t slot_of(const lh_attn_layer *l, int64_t pos)
     return pos < l->n_sinks ? pos : l->n_sinks + (pos - l->n_sinks) % l->window;
 }
 
-static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *err, size_t n)
+static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, lh_error *err)
 {
     *out = NULL;
     if (g->num_heads <= 0 || g->num_kv_heads <= 0 || g->head_dim <= 0 ||
         g->num_heads % g->num_kv_heads != 0 || g->max_seqs <= 0)
-        return lh_attn_fail(err, n, LH_E_USAGE,
+        return lh_error_set(err, LH_E_USAGE,
                             "sinks: layer %lld: invalid geometry (heads %lld, kv heads %lld, "
                             "head_dim %lld, max_seqs %lld)", (long long)g->layer_index,
                             (long long)g->num_heads, (long long)g->num_kv_heads,
@@ -78,26 +78,30 @@ static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *er
     /* f32 rings only; none of the ABI 2 features this backend does not declare */
     if (g->struct_size >= offsetof(lh_attn_geometry, kv_max_tokens) + sizeof g->kv_max_tokens &&
         g->kv_dtype != LH_DTYPE_F32 && g->kv_dtype != LH_DTYPE_INVALID)
-        return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+        return lh_error_set(err, LH_E_UNSUPPORTED,
                             "sinks: kv_cache.dtype other than float32 is not supported");
     if (g->struct_size >= offsetof(lh_attn_geometry, mla) + sizeof g->mla) {
         if (g->kv_v_dtype != LH_DTYPE_F32 && g->kv_v_dtype != LH_DTYPE_INVALID)
-            return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+            return lh_error_set(err, LH_E_UNSUPPORTED,
                                 "sinks: kv_cache.v_dtype other than float32 is not supported");
         if (g->sparse_top_k || g->sparse_local_blocks || g->fused_rope || g->mla ||
             g->attention_chunk_size)
-            return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+            return lh_error_set(err, LH_E_UNSUPPORTED,
                                 "sinks: %s is not supported",
                                 g->mla ? "MLA" : g->fused_rope ? "fused RoPE"
                                 : g->attention_chunk_size ? "chunked attention"
                                                           : "sparse attention");
     }
+    /* nor the ABI 3 one: logit soft-capping (the host refuses it first: no LH_ATTN_CAP_SOFTCAP) */
+    if (g->struct_size >= offsetof(lh_attn_geometry, logit_softcap) + sizeof g->logit_softcap &&
+        g->logit_softcap != 0.0f)
+        return lh_error_set(err, LH_E_UNSUPPORTED, "sinks: logit soft-capping is not supported");
     lh_attn_layer *l = calloc(1, sizeof *l);
     if (l)
         l->slots = calloc((size_t)g->max_seqs, sizeof *l->slots);
     if (!l || !l->slots) {
         free(l);
-        return lh_attn_fail(err, n, LH_E_NOMEM, "sinks: out of memory creating layer %lld",
+        return lh_error_set(err, LH_E_NOMEM, "sinks: out of memory creating layer %lld",
                             (long long)g->layer_index);
     }
     l->g = *g;
@@ -124,7 +128,7 @@ static lh_tensor rows_view(const lh_attn_layer *l, float *data, int64_t rows)
 
 /* Grows the ring's storage to `need` slots (<= l->ring). Below the ring size nothing has
  * wrapped yet, so slots [0, len) move along as they are. */
-static lh_status reserve(lh_attn_layer *l, slot_ring *c, int64_t need, char *err, size_t n)
+static lh_status reserve(lh_attn_layer *l, slot_ring *c, int64_t need, lh_error *err)
 {
     if (need > l->ring)
         need = l->ring;
@@ -138,7 +142,7 @@ static lh_status reserve(lh_attn_layer *l, slot_ring *c, int64_t need, char *err
     if (!c->k_pos) {
         c->k_pos = malloc((size_t)l->ring * sizeof *c->k_pos);
         if (!c->k_pos)
-            return lh_attn_fail(err, n, LH_E_NOMEM, "sinks: out of memory");
+            return lh_error_set(err, LH_E_NOMEM, "sinks: out of memory");
         for (int64_t i = 0; i < l->ring; i++)
             c->k_pos[i] = -1;
     }
@@ -161,7 +165,7 @@ static lh_status reserve(lh_attn_layer *l, slot_ring *c, int64_t need, char *err
             lh_k_free(l->kctx, k);
         if (v)
             lh_k_free(l->kctx, v);
-        return lh_attn_fail(err, n, st, "sinks: layer %lld: growing the KV ring to %lld slots: "
+        return lh_error_set(err, st, "sinks: layer %lld: growing the KV ring to %lld slots: "
                             "%s", (long long)l->g.layer_index, (long long)cap, why);
     }
     if (c->k)
@@ -174,20 +178,20 @@ static lh_status reserve(lh_attn_layer *l, slot_ring *c, int64_t need, char *err
     return LH_OK;
 }
 
-static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, char *err, size_t n)
+static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, lh_error *err)
 {
     for (int64_t s = 0; s < step->n_seqs; s++) {
         int64_t slot = step->slot[s];
         if (slot < 0 || slot >= l->g.max_seqs)
-            return lh_attn_fail(err, n, LH_E_USAGE, "sinks: sequence slot %lld outside [0, %lld)",
+            return lh_error_set(err, LH_E_USAGE, "sinks: sequence slot %lld outside [0, %lld)",
                                 (long long)slot, (long long)l->g.max_seqs);
         if (step->ctx_len[s] != l->slots[slot].len || step->n_new[s] < 0)
-            return lh_attn_fail(err, n, LH_E_USAGE,
+            return lh_error_set(err, LH_E_USAGE,
                                 "sinks: layer %lld slot %lld has seen %lld tokens, the step says "
                                 "%lld", (long long)l->g.layer_index, (long long)slot,
                                 (long long)l->slots[slot].len, (long long)step->ctx_len[s]);
         if (step->ctx_len[s] + step->n_new[s] > INT32_MAX)
-            return lh_attn_fail(err, n, LH_E_UNSUPPORTED, "sinks: positions beyond 2^31");
+            return lh_error_set(err, LH_E_UNSUPPORTED, "sinks: positions beyond 2^31");
     }
     return LH_OK;
 }
@@ -217,16 +221,16 @@ static lh_status write_rows(lh_attn_layer *l, lh_kctx *kctx, slot_ring *c, const
 
 static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *step,
                          const lh_attn_forward_args *args, lh_tensor *q, lh_tensor *k,
-                         const lh_tensor *v, lh_tensor *out, char *err, size_t n)
+                         const lh_tensor *v, lh_tensor *out, lh_error *err)
 {
     (void)args; /* its own ring, never fused */
     if (!kctx)
-        return lh_attn_fail(err, n, LH_E_USAGE, "sinks: layer %lld: forward without a kernel "
+        return lh_error_set(err, LH_E_USAGE, "sinks: layer %lld: forward without a kernel "
                             "context", (long long)l->g.layer_index);
     if (!l->kctx)
         l->kctx = kctx;
     if (l->kctx != kctx)
-        return lh_attn_fail(err, n, LH_E_USAGE, "sinks: layer %lld: forward on another kernel "
+        return lh_error_set(err, LH_E_USAGE, "sinks: layer %lld: forward on another kernel "
                             "context than the one its ring lives on",
                             (long long)l->g.layer_index);
     const int64_t H = l->g.num_heads, D = l->g.head_dim;
@@ -234,11 +238,11 @@ static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *st
         const int64_t slot = step->slot[s];
         if (slot < 0 || slot >= l->g.max_seqs || step->ctx_len[s] != l->slots[slot].len ||
             step->n_new[s] < 0)
-            return lh_attn_fail(err, n, LH_E_USAGE, "sinks: forward before prepare for slot "
+            return lh_error_set(err, LH_E_USAGE, "sinks: forward before prepare for slot "
                                 "%lld", (long long)slot);
         slot_ring *c = &l->slots[slot];
         const int64_t t0 = step->token_start[s], nn = step->n_new[s];
-        lh_status st = reserve(l, c, c->len + nn, err, n);
+        lh_status st = reserve(l, c, c->len + nn, err);
         if (st != LH_OK)
             return st;
         /* Chunks of new tokens: all those whose slots are still free at once (nothing is
@@ -251,7 +255,7 @@ static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *st
                 cnt = nn - done;
             st = write_rows(l, kctx, c, k, v, t0 + done, pos, cnt);
             if (st != LH_OK)
-                return lh_attn_fail(err, n, st, "sinks: layer %lld: writing the KV ring: %s",
+                return lh_error_set(err, st, "sinks: layer %lld: writing the KV ring: %s",
                                     (long long)l->g.layer_index, lh_k_last_error(kctx));
             const int64_t used = pos + cnt < l->ring ? pos + cnt : l->ring;
             int64_t qshape[3] = {cnt, H, D};
@@ -262,9 +266,10 @@ static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *st
             os.device = out->device;
             lh_tensor ks = rows_view(l, c->k, used), vs = rows_view(l, c->v, used);
             st = lh_k_attention_positions(kctx, &qs, &ks, &vs, step->positions + t0 + done,
-                                          c->k_pos, l->g.scale, l->window, l->n_sinks, &os);
+                                          c->k_pos, l->g.scale, 0.0f /* no soft-cap */,
+                                          l->window, l->n_sinks, &os);
             if (st != LH_OK)
-                return lh_attn_fail(err, n, st, "sinks: layer %lld: %s",
+                return lh_error_set(err, st, "sinks: layer %lld: %s",
                                     (long long)l->g.layer_index, lh_k_last_error(kctx));
             c->len += cnt;
             done += cnt;

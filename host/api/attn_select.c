@@ -20,6 +20,7 @@ const lh_attn_cap_name lh_attn_cap_names[LH_ATTN_N_CAPS] = {
     {LH_ATTN_CAP_FP4_KV, "fp4_kv"},           {LH_ATTN_CAP_CHUNKED, "chunked"},
     {LH_ATTN_CAP_SPARSE, "sparse"},           {LH_ATTN_CAP_SLIDING_WINDOW, "sliding_window"},
     {LH_ATTN_CAP_MIXED_KV, "mixed_kv"},       {LH_ATTN_CAP_PAGED_KV, "paged_kv"},
+    {LH_ATTN_CAP_SOFTCAP, "softcap"},
 };
 #define cap_names lh_attn_cap_names
 
@@ -207,9 +208,10 @@ static void decide_rope(const lh_run_config *rc, lh_attn_choice *out)
                                   "reason", reason));
 }
 
-static void decide_chunked(const lh_model_config *cfg, lh_attn_choice *out)
+static void decide_chunked(const lh_model_config *cfg, const lh_model_geometry *geo,
+                           lh_attn_choice *out)
 {
-    const int64_t c = cfg->geo.attention_chunk_size;
+    const int64_t c = geo->attention_chunk_size;
     char reason[400];
     if (c > 0)
         snprintf(reason, sizeof reason, "on: attention_chunk_size=%lld in %s; a query attends "
@@ -217,7 +219,7 @@ static void decide_chunked(const lh_model_config *cfg, lh_attn_choice *out)
                  (long long)c, cfg->path, (long long)c, out->entry->name);
     else
         snprintf(reason, sizeof reason, "off: the model sets no attention_chunk_size; attention "
-                 "spans the whole context%s", cfg->geo.sliding_window > 0 ? " (within the "
+                 "spans the whole context%s", geo->sliding_window > 0 ? " (within the "
                  "sliding window)" : "");
     json_object_set_new(out->trace, "chunked_attention",
                         json_pack("{s:b,s:I,s:s}", "chunked", c > 0, "chunk_size", (json_int_t)c,
@@ -290,9 +292,8 @@ static lh_status device_budget(const lh_attn_choice *out, const lh_model_config 
  * (lh_kv_plan_compute, once: the engine allocates exactly this plan), else the backend's own
  * contiguous f32 cache growing to max_seq_len per sequence. */
 static lh_status decide_kv(const lh_run_config *rc, const lh_model_config *cfg,
-                           lh_attn_choice *out, lh_err *err)
+                           const lh_model_geometry *g, lh_attn_choice *out, lh_err *err)
 {
-    const lh_model_geometry *g = &cfg->geo;
     const int64_t seqs = rc->max_batch_size > 0 ? rc->max_batch_size : 1;
     json_t *kv;
     if (out->caps & LH_ATTN_CAP_PAGED_KV) {
@@ -338,14 +339,14 @@ static lh_status decide_kv(const lh_run_config *rc, const lh_model_config *cfg,
 }
 
 static lh_status decide(const lh_run_config *rc, const lh_model_config *cfg,
-                        lh_attn_choice *out, lh_err *err)
+                        const lh_model_geometry *geo, lh_attn_choice *out, lh_err *err)
 {
-    out->max_seq_len = lh_run_max_seq_len(rc, &cfg->geo);
+    out->max_seq_len = lh_run_max_seq_len(rc, geo);
     json_object_set_new(out->trace, "max_seq_len", json_integer(out->max_seq_len));
     decide_rope(rc, out);
-    decide_chunked(cfg, out);
+    decide_chunked(cfg, geo, out);
     decide_sparse(rc, out);
-    return decide_kv(rc, cfg, out, err);
+    return decide_kv(rc, cfg, geo, out, err);
 }
 
 /* The names some index lists for attention backends, joined, and whether `name` is one. */
@@ -392,8 +393,8 @@ lh_status lh_get_attention_backend(lh_registry *reg, const char *name,
     return LH_OK;
 }
 
-static lh_status select_locked(lh_registry *reg, const lh_run_config *rc,
-                               const lh_model_config *cfg, lh_attn_choice *out, lh_err *err)
+static lh_status select_locked(lh_registry *reg, const lh_run_config *rc, lh_attn_choice *out,
+                               lh_err *err)
 {
     char origin[512];
     const char *requested = rc->attn_backend ? rc->attn_backend : LH_DEFAULT_ATTN_BACKEND;
@@ -444,9 +445,16 @@ static lh_status select_locked(lh_registry *reg, const lh_run_config *rc,
     json_object_set_new(out->trace, "capabilities",
                         json_string(lh_attn_caps_str(p->capabilities, caps, sizeof caps)));
     out->caps = p->capabilities;
+    return LH_OK;
+}
+
+lh_status lh_attention_decide(const lh_run_config *rc, const lh_model_config *cfg,
+                              const lh_model_geometry *geo, lh_attn_choice *out, lh_err *err)
+{
+    const lh_attn_backend_provider *p = &out->entry->p.attn;
     /* the capability rules live in the one run-config validator; the trace lists them all */
     lh_attn_need needs[LH_ATTN_MAX_NEEDS];
-    size_t n_needs = lh_attn_needs(rc, &cfg->geo, cfg->path, needs);
+    size_t n_needs = lh_attn_needs(rc, geo, cfg->path, needs);
     json_t *checks = json_array();
     json_object_set_new(out->trace, "checks", checks);
     for (size_t i = 0; i < n_needs; i++) {
@@ -458,17 +466,16 @@ static lh_status select_locked(lh_registry *reg, const lh_run_config *rc,
         json_array_append_new(checks, c);
     }
     const lh_validation_facts facts = {.attn_backend = out->entry->name,
-                                       .attn_caps = p->capabilities, .geo = &cfg->geo,
+                                       .attn_caps = p->capabilities, .geo = geo,
                                        .model_path = cfg->path};
     lh_status vst = lh_run_config_validate_with(rc, &facts, err);
     if (vst != LH_OK)
         return vst;
-    return decide(rc, cfg, out, err);
+    return decide(rc, cfg, geo, out, err);
 }
 
 lh_status lh_select_attention_backend(lh_registry *reg, const lh_run_config *rc,
-                                      const lh_model_config *cfg, lh_attn_choice *out,
-                                      lh_err *err)
+                                      lh_attn_choice *out, lh_err *err)
 {
     memset(out, 0, sizeof *out);
     out->trace = json_object();
@@ -478,7 +485,7 @@ lh_status lh_select_attention_backend(lh_registry *reg, const lh_run_config *rc,
     lh_status st = decide_device(rc, out, err);
     if (st == LH_OK) {
         lh_registry_lock(reg);
-        st = select_locked(reg, rc, cfg, out, err);
+        st = select_locked(reg, rc, out, err);
         lh_registry_unlock(reg);
     }
     if (st != LH_OK)

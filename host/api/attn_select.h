@@ -47,14 +47,21 @@ typedef struct lh_attn_choice {
 } lh_attn_choice;
 
 
-/* Takes the registry lock itself. Errors: LH_E_UNSUPPORTED (a CUDA device that is not there,
- * from lh_run_resolve_device, before any plugin loads), LH_E_UNKNOWN_NAME (with the available
- * names), the backend plugin's load error class, LH_E_UNSUPPORTED (a capability the run needs,
- * naming both), LH_E_CONFIG (a KV pool that cannot be sized), LH_E_NOMEM. On success free
- * with lh_attn_choice_free. */
+/* The device and the backend (reads no model geometry). Takes the registry lock itself.
+ * Errors: LH_E_UNSUPPORTED (a CUDA device that is not there, from lh_run_resolve_device,
+ * before any plugin loads), LH_E_UNKNOWN_NAME (with the available names), the backend
+ * plugin's load error class, LH_E_NOMEM. On success free with lh_attn_choice_free (also after
+ * a failed lh_attention_decide). */
 lh_status lh_select_attention_backend(lh_registry *reg, const lh_run_config *rc,
-                                      const lh_model_config *cfg, lh_attn_choice *out,
-                                      lh_err *err);
+                                      lh_attn_choice *out, lh_err *err);
+/* The decisions that need the model's attention geometry, after lh_select_attention_backend
+ * and after the model's tree is built: `geo` is what the tree's attention layers say
+ * (lh_model_run_geometry), not the config's keys. The capability checks (lh_attn_needs),
+ * RoPE fusion, chunked and sparse attention, max_seq_len and the KV cache, each with its
+ * reason in out->trace. Errors: LH_E_UNSUPPORTED (a capability the run needs, naming both),
+ * LH_E_CONFIG (a KV pool that cannot be sized), LH_E_NOMEM. */
+lh_status lh_attention_decide(const lh_run_config *rc, const lh_model_config *cfg,
+                              const lh_model_geometry *geo, lh_attn_choice *out, lh_err *err);
 void lh_attn_choice_free(lh_attn_choice *c);
 
 /* get_attention_backend (DESIGN §8): the provider of backend `name` (already normalized to
@@ -67,7 +74,7 @@ lh_status lh_get_attention_backend(lh_registry *reg, const char *name,
                                    const lh_sparse_config *sparse, const lh_reg_entry **out,
                                    lh_err *err);
 /* Every capability flag with its name, in the order `llmhost backends` prints them. */
-#define LH_ATTN_N_CAPS 10
+#define LH_ATTN_N_CAPS 11
 typedef struct lh_attn_cap_name {
     uint64_t bit;
     const char *name;

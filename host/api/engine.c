@@ -106,16 +106,23 @@ static lh_status build_explain(lh_engine *e, json_t *attn_trace, lh_err *err)
     return e->explain ? LH_OK : lh_err_set(err, LH_E_NOMEM, "out of memory for the explain JSON");
 }
 
-/* The backend and every decision that follows from it (attn_select.c); the run's knobs that
- * this runtime does not implement are refused here, by name. */
-static lh_status attention_setup(lh_host *h, const lh_run_config *rc, const lh_model_config *cfg,
+/* Every decision that follows from the chosen backend and the model's attention layers
+ * (attn_select.c); the run's knobs that this runtime does not implement are refused here, by
+ * name. Frees *choice. */
+static lh_status attention_setup(const lh_run_config *rc, const lh_model_config *cfg,
+                                 const lh_model *m, lh_attn_choice *choice_in,
                                  lh_attn_runtime *out, lh_kv_plan *plan, int64_t *max_seq_len,
                                  json_t **trace, lh_err *err)
 {
-    lh_attn_choice choice;
-    lh_status st = lh_select_attention_backend(&h->reg, rc, cfg, &choice, err);
-    if (st != LH_OK)
+    lh_model_geometry geo;
+    lh_model_run_geometry(m, &cfg->geo, &geo);
+    lh_status st = lh_attention_decide(rc, cfg, &geo, choice_in, err);
+    if (st != LH_OK) {
+        lh_attn_choice_free(choice_in);
         return st;
+    }
+    lh_attn_choice choice = *choice_in;
+    *choice_in = (lh_attn_choice){0};
     const lh_reg_entry *entry = choice.entry;
     const lh_attn_backend_provider *p = &entry->p.attn;
     *out = (lh_attn_runtime){.caps = choice.caps, .fused_rope = choice.fused_rope,
@@ -178,13 +185,15 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     char device_why[256] = "";
     if (st == LH_OK)
         st = lh_run_resolve_device(&e->rc, &e->device, device_why, sizeof device_why, err);
-    /* the backend first: an unknown name fails before any plugin loads */
+    /* the backend first: an unknown name fails before any plugin loads; the decisions that
+     * need the model's attention geometry wait for its tree (attention_setup) */
     lh_attn_runtime attn = {0};
     lh_kv_plan kv_plan;
     int64_t max_seq = 0;
     json_t *attn_trace = NULL;
+    lh_attn_choice choice = {0};
     if (st == LH_OK)
-        st = attention_setup(h, &e->rc, e->cfg, &attn, &kv_plan, &max_seq, &attn_trace, err);
+        st = lh_select_attention_backend(&h->reg, &e->rc, &choice, err);
     if (st == LH_OK)
         st = lh_resolve(&h->reg, e->cfg, &e->rc, &e->res, err);
     if (st == LH_OK && e->res.kind != LH_KIND_MODEL)
@@ -197,6 +206,10 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     if (st == LH_OK)
         st = lh_model_build(lh_host_api_table(), &e->res.entry->p.model, e->cfg, &e->rc,
                             &e->model, err);
+    if (st == LH_OK)
+        st = attention_setup(&e->rc, e->cfg, e->model, &choice, &attn, &kv_plan, &max_seq,
+                             &attn_trace, err);
+    lh_attn_choice_free(&choice);
     lh_checkpoint *ck = NULL;
     if (st == LH_OK)
         st = lh_checkpoint_open(e->cfg->dir, &ck, err);

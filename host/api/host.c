@@ -355,13 +355,18 @@ static lh_status resolve_common(lh_host *h, const lh_resolve_request *req, bool 
      * plugin loads (its check reads only the indexes) */
     lh_attn_choice choice = {0};
     if (st == LH_OK && explain)
-        st = lh_select_attention_backend(&h->reg, &rc, cfg, &choice, err);
+        st = lh_select_attention_backend(&h->reg, &rc, &choice, err);
     if (st == LH_OK)
         st = lh_resolve(&h->reg, cfg, &rc, &r, err);
     json_t *j = NULL;
     lh_model *m = NULL;
     if (st == LH_OK && explain)
         st = lh_model_build(lh_host_api_table(), &r.entry->p.model, cfg, &rc, &m, err);
+    if (st == LH_OK && explain) { /* the decisions that read the tree's attention geometry */
+        lh_model_geometry geo;
+        lh_model_run_geometry(m, &cfg->geo, &geo);
+        st = lh_attention_decide(&rc, cfg, &geo, &choice, err);
+    }
     if (st == LH_OK)
         st = lh_explain_object(h, &r, cfg, &rc, choice.trace, m, &j, err);
     lh_model_free(m);

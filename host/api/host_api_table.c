@@ -39,14 +39,13 @@ static const char *api_plugin_path(lh_plugin_ctx *ctx)
 static lh_status api_init_fail(lh_plugin_ctx *ctx, const char *fmt, ...)
 {
     lh_module_rec *m = rec_of(ctx);
-    if (!m)
+    if (!m || m->init_fail_msg) /* the first reason is kept, as the sticky contexts do */
         return LH_E_INIT;
     char buf[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    free(m->init_fail_msg);
     m->init_fail_msg = strdup(buf);
     return LH_E_INIT;
 }
@@ -93,11 +92,12 @@ static const lh_host_api host_api = {
     .add_embedding = lh_build_add_embedding,
     .add_linear = lh_build_add_linear,
     .add_rmsnorm = lh_build_add_rmsnorm,
+    .add_layernorm = lh_build_add_layernorm,
+    .add_linear_transposed = lh_build_add_linear_transposed,
     .add_attention = lh_build_add_attention,
     .add_mlp = lh_build_add_mlp,
     .add_head = lh_build_add_head,
     .add_param = lh_build_add_param,
-    .chain_norm = lh_build_chain_norm,
     .tie_weights = lh_build_tie_weights,
     .build_fail = lh_build_fail,
     .build_status = lh_build_status,
@@ -106,6 +106,7 @@ static const lh_host_api host_api = {
     .weight_opt = lh_runner_weight_opt,
     .attention = lh_runner_attention,
     .weight_tensor = lh_runner_weight_tensor,
+    .weight_rows = lh_runner_weight_rows,
     .bind_fail = lh_runner_bind_fail,
     .bind_status = lh_runner_bind_status,
     .fwd_step = lh_runner_fwd_step,
@@ -116,6 +117,11 @@ static const lh_host_api host_api = {
     .linear = lh_runner_linear,
     .rmsnorm = lh_runner_rmsnorm,
     .residual_rmsnorm = lh_runner_residual_rmsnorm,
+    .embed_positions = lh_runner_embed_positions,
+    .layernorm = lh_runner_layernorm,
+    .add = lh_runner_add,
+    .act = lh_runner_act,
+    .softcap = lh_runner_softcap,
     .act_mul = lh_runner_act_mul,
     .scale = lh_runner_scale,
     .attend = lh_runner_attend,

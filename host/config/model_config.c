@@ -256,8 +256,94 @@ static lh_status parse_dtype(mc_ctx *c, lh_model_config *cfg)
     return LH_OK;
 }
 
+/* LongRoPE's per-frequency factors cap: 2^20, the kernels' largest rotary_dim. */
+#define MC_MAX_ROPE_FACTORS ((size_t)1 << 20)
+
+/* One of longrope's factor arrays, `okey`.`key`: absent or null leaves *out NULL; otherwise a
+ * non-empty array of finite numbers > 0 (integers accepted, as transformers does). */
+static lh_status check_factor_array(mc_ctx *c, const json_t *obj, const char *okey,
+                                    const char *key, const json_t **out)
+{
+    *out = NULL;
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return LH_OK;
+    char name[96];
+    snprintf(name, sizeof name, "%s.%s", okey, key);
+    if (!json_is_array(v))
+        return type_error(c, name, v, "an array of numbers (one per rotary frequency)");
+    const size_t n = json_array_size(v);
+    if (n == 0)
+        return lh_err_set(c->err, LH_E_CONFIG,
+                          "%s: %s is an empty array; it needs one number per rotary frequency "
+                          "(rotary_dim / 2)",
+                          c->src, name);
+    if (n > MC_MAX_ROPE_FACTORS)
+        return lh_err_set(c->err, LH_E_CONFIG,
+                          "%s: %s has %zu entries, absurdly many (at most %zu accepted)", c->src,
+                          name, n, MC_MAX_ROPE_FACTORS);
+    size_t i;
+    const json_t *e;
+    json_array_foreach(v, i, e) {
+        char en[128];
+        snprintf(en, sizeof en, "%s[%zu]", name, i);
+        if (!json_is_number(e))
+            return type_error(c, en, e, "a number");
+        const double x = json_number_value(e);
+        if (!(x > 0) || !isfinite(x))
+            return lh_err_set(c->err, LH_E_CONFIG, "%s: %s=%g must be finite and > 0", c->src,
+                              en, x);
+    }
+    *out = v;
+    return LH_OK;
+}
+
+/* short_factor / long_factor of the rope object v (`key`): both or neither, the same length;
+ * required when the kind is "longrope". Copied into cfg->rope_factors. */
+static lh_status parse_rope_factors(mc_ctx *c, lh_model_config *cfg, const json_t *v,
+                                    const char *key, bool longrope)
+{
+    lh_rope_scaling *rs = &cfg->geo.rope_scaling;
+    const json_t *sf, *lf;
+    lh_status st;
+    if ((st = check_factor_array(c, v, key, "short_factor", &sf)) ||
+        (st = check_factor_array(c, v, key, "long_factor", &lf)))
+        return st;
+    if (!sf && !lf && !longrope)
+        return LH_OK;
+    if (!sf || !lf)
+        return lh_err_set(c->err, LH_E_CONFIG,
+                          "%s: %s.%s is missing or null; %s needs both short_factor and "
+                          "long_factor (arrays of rotary_dim / 2 numbers)",
+                          c->src, key, sf ? "long_factor" : "short_factor",
+                          longrope ? "rope type 'longrope'" : "longrope scaling");
+    const size_t n = json_array_size(sf);
+    if (json_array_size(lf) != n)
+        return lh_err_set(c->err, LH_E_CONFIG,
+                          "%s: %s.short_factor has %zu entries but %s.long_factor has %zu; "
+                          "they must have the same length (rotary_dim / 2)",
+                          c->src, key, n, key, json_array_size(lf));
+    double *f = malloc(2 * n * sizeof(double));
+    if (!f)
+        return lh_err_set(c->err, LH_E_NOMEM, "%s: out of memory", c->src);
+    for (size_t i = 0; i < n; i++) {
+        f[i] = json_number_value(json_array_get(sf, i));
+        f[n + i] = json_number_value(json_array_get(lf, i));
+    }
+    free(cfg->rope_factors);
+    cfg->rope_factors = f;
+    rs->short_factor = f;
+    rs->long_factor = f + n;
+    rs->n_factors = (int64_t)n;
+    return LH_OK;
+}
+
 /* RoPE settings: `key` is "rope_scaling" (transformers 4 and most Hub checkpoints) or
- * "rope_parameters" (transformers 5, which also moves rope_theta inside it). */
+ * "rope_parameters" (transformers 5, which also moves rope_theta inside it).
+ * LongRoPE (Phi-3): short_factor / long_factor arrays (see parse_rope_factors); its
+ * original_max_position_embeddings comes from the rope object, or else from the top level of
+ * the config, where Phi-3 checkpoints written by transformers 4 keep it (transformers 5 writes
+ * it into rope_parameters as well). */
 static lh_status parse_rope_object(mc_ctx *c, lh_model_config *cfg, const char *key)
 {
     lh_rope_scaling *rs = &cfg->geo.rope_scaling;
@@ -315,8 +401,17 @@ static lh_status parse_rope_object(mc_ctx *c, lh_model_config *cfg, const char *
             return st;
     }
     snprintf(fname, sizeof fname, "%s.original_max_position_embeddings", key);
-    return get_int_field(c, v, "original_max_position_embeddings", fname, 1,
-                         &rs->original_max_position_embeddings, &p);
+    if ((st = get_int_field(c, v, "original_max_position_embeddings", fname, 1,
+                            &rs->original_max_position_embeddings, &p)))
+        return st;
+    const bool longrope = kind && strcmp(kind, "longrope") == 0;
+    if ((st = parse_rope_factors(c, cfg, v, key, longrope)))
+        return st;
+    if (!p && (longrope || rs->n_factors > 0))
+        return get_int_field(c, cfg->root, "original_max_position_embeddings",
+                             "original_max_position_embeddings", 1,
+                             &rs->original_max_position_embeddings, &p);
+    return LH_OK;
 }
 
 static lh_status parse_mla(mc_ctx *c, lh_model_config *cfg)
@@ -661,6 +756,7 @@ void lh_model_config_free(lh_model_config *cfg)
     if (!cfg)
         return;
     json_decref(cfg->root);
+    free(cfg->rope_factors);
     free(cfg->path);
     free(cfg->dir);
     free(cfg);

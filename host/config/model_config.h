@@ -2,7 +2,8 @@
  *
  * Parsing type-checks and range-checks every known field that is present (zero or negative
  * sizes, kv heads not dividing heads, hidden_size not divisible by heads when head_dim is
- * absent, size products that overflow int64, MLA ranks) and rejects the file naming the field.
+ * absent, size products that overflow int64, MLA ranks, longrope's short_factor / long_factor
+ * arrays) and rejects the file naming the field.
  * Which fields an architecture requires is its plugin's business (its constructor names a
  * missing one), because resolution must run first (a missing `architectures` is resolve's
  * error). */
@@ -22,6 +23,10 @@ struct lh_model_config {
     bool has_architectures;   /* "architectures" present and a non-empty array */
     bool has_hidden_size, has_intermediate_size, has_num_hidden_layers,
          has_num_attention_heads, has_vocab_size;
+    /* longrope's short_factor and long_factor, owned: geo.rope_scaling.short_factor points at
+     * the first geo.rope_scaling.n_factors entries, long_factor at the next n_factors. NULL
+     * when the rope object carries neither. */
+    double *rope_factors;
 };
 
 /* Loads `path`, which is a model directory (its config.json is read) or a .json file.

@@ -91,6 +91,42 @@ lh_module *lh_build_add_rmsnorm(lh_build *b, lh_module *parent, const char *name
     return m;
 }
 
+lh_module *lh_build_add_layernorm(lh_build *b, lh_module *parent, const char *name,
+                                  int64_t dim, double eps, bool bias)
+{
+    if (!usable(b))
+        return NULL;
+    if (!(eps >= 0.0) || !isfinite(eps)) {
+        char w[512];
+        lh_tree_fail(b, LH_E_USAGE, "layernorm '%s': eps %g must be a finite value >= 0",
+                     where(w, sizeof w, b, parent, name), eps);
+        return NULL;
+    }
+    lh_module *m = module_with_param(b, parent, name, LH_MOD_LAYERNORM, 1, &dim,
+                                     LH_PARAM_PLAIN);
+    if (m && bias && !lh_tree_add_param(b, m, "bias", 1, &dim, LH_PARAM_PLAIN))
+        return NULL;
+    if (m)
+        m->eps = eps;
+    return m;
+}
+
+lh_module *lh_build_add_linear_transposed(lh_build *b, lh_module *parent, const char *name,
+                                          int64_t in, int64_t out, bool bias)
+{
+    if (!usable(b))
+        return NULL;
+    const int64_t shape[2] = {in, out}; /* as stored: the host transposes at bind */
+    lh_module *m = module_with_param(b, parent, name, LH_MOD_LINEAR, 2, shape,
+                                     LH_PARAM_WEIGHT_QUANTIZABLE);
+    if (!m)
+        return NULL;
+    m->params->transposed = true;
+    if (bias && !lh_tree_add_param(b, m, "bias", 1, &out, LH_PARAM_PLAIN))
+        return NULL;
+    return m;
+}
+
 lh_module *lh_build_add_head(lh_build *b, lh_module *parent, const char *name, int64_t in,
                              int64_t out, bool bias)
 {
@@ -145,6 +181,15 @@ static bool check_spec(lh_build *b, const char *w, lh_attention_spec *s)
         snprintf(msg, sizeof msg, "rope_theta %g must be a finite value > 0", s->rope_theta);
         return spec_fail(b, w, msg);
     }
+    if (s->max_positions < 0) {
+        snprintf(msg, sizeof msg, "max_positions %" PRId64 " must be >= 0", s->max_positions);
+        return spec_fail(b, w, msg);
+    }
+    if (!(s->logit_softcap >= 0.0) || !isfinite(s->logit_softcap)) {
+        snprintf(msg, sizeof msg, "logit_softcap %g must be a finite value >= 0 (0: none)",
+                 s->logit_softcap);
+        return spec_fail(b, w, msg);
+    }
     if (s->mla) {
         if (s->kv_lora_rank <= 0 || s->qk_nope_head_dim <= 0 || s->v_head_dim <= 0) {
             snprintf(msg, sizeof msg,
@@ -173,6 +218,13 @@ static bool check_spec(lh_build *b, const char *w, lh_attention_spec *s)
     }
     if (s->head_dim <= 0) {
         snprintf(msg, sizeof msg, "head_dim %" PRId64 " must be > 0", s->head_dim);
+        return spec_fail(b, w, msg);
+    }
+    if (s->rotary_dim == 0)
+        s->rotary_dim = s->head_dim;
+    if (s->rotary_dim < 0 || s->rotary_dim % 2 != 0 || s->rotary_dim > s->head_dim) {
+        snprintf(msg, sizeof msg, "rotary_dim %" PRId64 " must be even and in [2, head_dim %"
+                 PRId64 "] (0: the whole head)", s->rotary_dim, s->head_dim);
         return spec_fail(b, w, msg);
     }
     if (s->scale == 0.0)
@@ -225,9 +277,28 @@ lh_module *lh_build_add_attention(lh_build *b, lh_module *parent, const char *na
     int64_t kv_bytes = 0;
     if (!kv_bytes_per_token(b, &s, &kv_bytes, w))
         return NULL;
-    /* the scaling kind belongs to the config; the tree keeps its own copy */
+    /* the scaling kind and factors belong to the config; the tree keeps its own copies */
     if (s.rope_scaling.kind && !(s.rope_scaling.kind = lh_tree_strdup(b, s.rope_scaling.kind)))
         return NULL;
+    lh_rope_scaling *rs = &s.rope_scaling;
+    if (rs->n_factors < 0 || (rs->n_factors > 0 && (!rs->short_factor || !rs->long_factor)) ||
+        rs->n_factors > (int64_t)(1 << 20)) {
+        spec_fail(b, w, "rope_scaling: n_factors must be in [0, 2^20] with both short_factor "
+                  "and long_factor set");
+        return NULL;
+    }
+    if (rs->n_factors > 0) {
+        const size_t bytes = (size_t)rs->n_factors * sizeof(double);
+        double *sf = lh_tree_alloc(b, bytes), *lf = lh_tree_alloc(b, bytes);
+        if (!sf || !lf)
+            return NULL;
+        memcpy(sf, rs->short_factor, bytes);
+        memcpy(lf, rs->long_factor, bytes);
+        rs->short_factor = sf;
+        rs->long_factor = lf;
+    } else {
+        rs->short_factor = rs->long_factor = NULL;
+    }
     lh_module *m = lh_tree_add_module(b, parent, name, LH_MOD_ATTENTION);
     if (!m)
         return NULL;
@@ -241,7 +312,7 @@ lh_module *lh_build_add_attention(lh_build *b, lh_module *parent, const char *na
     return m;
 }
 
-/* ---- raw params, chain, tie ------------------------------------------------------------ */
+/* ---- raw params, tie ------------------------------------------------------------------- */
 
 lh_status lh_build_add_param(lh_build *b, lh_module *m, const char *name, int ndim,
                              const int64_t *shape, lh_param_role role)
@@ -256,32 +327,6 @@ lh_status lh_build_add_param(lh_build *b, lh_module *m, const char *name, int nd
 static const char *mname(const lh_module *m)
 {
     return m->name[0] ? m->name : "<root>";
-}
-
-lh_status lh_build_chain_norm(lh_build *b, lh_module *layer, lh_module *next_norm)
-{
-    if (!b)
-        return LH_E_USAGE;
-    if (b->status != LH_OK)
-        return b->status;
-    if (!layer || !next_norm)
-        return lh_tree_fail(b, LH_E_USAGE, "chain_norm: NULL %s",
-                            !layer ? "layer" : "next_norm");
-    if (layer->build != b || next_norm->build != b)
-        return lh_tree_fail(b, LH_E_USAGE, "chain_norm: module of another build");
-    if (next_norm->kind != LH_MOD_RMSNORM)
-        return lh_tree_fail(b, LH_E_USAGE,
-                            "chain_norm: '%s' cannot follow '%s': it is not an RMSNorm module",
-                            mname(next_norm), mname(layer));
-    if (layer == next_norm)
-        return lh_tree_fail(b, LH_E_USAGE, "chain_norm: '%s' chained to itself",
-                            mname(layer));
-    if (layer->next_norm && layer->next_norm != next_norm)
-        return lh_tree_fail(b, LH_E_USAGE,
-                            "chain_norm: '%s' is already chained to '%s', not '%s'",
-                            mname(layer), layer->next_norm->name, next_norm->name);
-    layer->next_norm = next_norm;
-    return LH_OK;
 }
 
 static bool same_shape(const lh_param *a, const lh_param *c)

@@ -26,7 +26,8 @@ static int classify(const lh_module *x)
     }
     switch (x->kind) {
     case LH_MOD_EMBEDDING: return G_EMBEDDING;
-    case LH_MOD_RMSNORM: return G_NORM;
+    case LH_MOD_RMSNORM:
+    case LH_MOD_LAYERNORM: return G_NORM;
     default: return G_OTHER;
     }
 }
@@ -92,8 +93,7 @@ json_t *lh_model_plan_json(const lh_model *m, const lh_memory_plan *plan)
     json_t *o = json_object();
     json_t *groups = json_object();
     json_t *attn = json_array();
-    json_t *chain = json_array();
-    bool ok = o && groups && attn && chain;
+    bool ok = o && groups && attn;
     const char *dt = lh_dtype_name(plan->weight_dtype);
     ok = ok && put(o, "parameters", json_integer(plan->parameters)) &&
          put(o, "weight_bytes", json_integer(plan->weight_bytes)) &&
@@ -116,28 +116,13 @@ json_t *lh_model_plan_json(const lh_model *m, const lh_memory_plan *plan)
     }
     for (size_t i = 0; ok && i < b->n_attn; i++)
         ok = json_array_append_new(attn, json_string(b->attn[i].key)) == 0;
-    for (const lh_module *x = b->root; ok && x; x = lh_tree_next(x)) {
-        if (!x->next_norm)
-            continue;
-        size_t n = strlen(x->name) + strlen(x->next_norm->name) + 5;
-        char *s = malloc(n);
-        if (!s) {
-            ok = false;
-            break;
-        }
-        snprintf(s, n, "%s -> %s", x->name, x->next_norm->name);
-        ok = json_array_append_new(chain, json_string(s)) == 0;
-        free(s);
-    }
     /* Each set_new steals its value whether or not it succeeds. */
     if (ok) {
         ok = json_object_set_new(o, "groups", groups) == 0;
         ok = json_object_set_new(o, "attention_layers", attn) == 0 && ok;
-        ok = json_object_set_new(o, "norm_chain", chain) == 0 && ok;
     } else {
         json_decref(groups);
         json_decref(attn);
-        json_decref(chain);
     }
     if (!ok) {
         json_decref(o);

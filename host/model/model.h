@@ -2,7 +2,7 @@
  * layer-wise quant config applied to the tree, and the memory plan.
  *
  * Lifecycle: lh_model_build creates an lh_build, calls the provider's constructor, checks the
- * result (sticky build error, norm chain complete), applies the quant config, and returns an
+ * result (sticky build error), applies the quant config, and returns an
  * lh_model that owns the tree. No weight memory is allocated at any point: tensors are shape
  * and dtype descriptors. */
 #ifndef LH_MODEL_MODEL_H
@@ -27,13 +27,14 @@ typedef enum lh_module_kind {
     LH_MOD_MLP,
     LH_MOD_ATTENTION,
     LH_MOD_HEAD, /* the output head: a linear the memory plan counts as "lm_head" */
+    LH_MOD_LAYERNORM,
     LH_MOD_CUSTOM
 } lh_module_kind;
 
 /* Builds the tree for `prov` (api is the host API table handed to the constructor).
  * dtype: the weight dtype (run config dtype, else torch_dtype, else bfloat16).
  * Errors: whatever the constructor or a building block recorded (message prefixed with the
- * provider name), LH_E_CONFIG for an incomplete norm chain, LH_E_NOMEM. *out owned by caller. */
+ * provider name), LH_E_NOMEM. *out owned by caller. */
 lh_status lh_model_build(const lh_host_api *api, const lh_model_provider *prov,
                          const lh_model_config *cfg, const lh_run_config *rc, lh_model **out,
                          lh_err *err);
@@ -63,8 +64,7 @@ typedef struct lh_memory_plan {
 lh_status lh_model_plan(const lh_model *m, lh_memory_plan *out, lh_err *err);
 /* JSON object: parameters, weight_bytes, weight_dtype, kv_bytes_per_token, kv_pool_tokens,
  * kv_pool_bytes, peak_construction_bytes, groups {name: {parameters, bytes}}, and
- * attention_layers (keys of the attention-layer table), norm_chain (list of
- * "layer -> next_norm"), quantized_linears. New reference. */
+ * attention_layers (keys of the attention-layer table), quantized_linears. New reference. */
 json_t *lh_model_plan_json(const lh_model *m, const lh_memory_plan *plan);
 
 /* Inspection, for tests and explain. Names are full dotted names. */
@@ -86,8 +86,6 @@ size_t lh_model_attention_count(const lh_model *m);
 const char *lh_model_attention_key(const lh_model *m, size_t i);
 /* Full module name registered under `key`, NULL if none. Non-owning. */
 const char *lh_model_attention_lookup(const lh_model *m, const char *key);
-/* Name of the norm that `layer_name`'s residual add is fused with, NULL if unchained. */
-const char *lh_model_next_norm(const lh_model *m, const char *layer_name);
 
 /* ---- weights (host/weights/bind.c) ---------------------------------------------------- */
 
@@ -162,6 +160,7 @@ typedef struct lh_param_info {
     int64_t shape[LH_MAX_DIMS];
     lh_dtype dtype;     /* storage dtype */
     bool tied;          /* shares another parameter's data (not stored itself) */
+    bool transposed;    /* stored [in, out] (add_linear_transposed) */
 } lh_param_info;
 typedef void (*lh_param_visit_fn)(const lh_param_info *p, void *user);
 void lh_model_foreach_param(const lh_model *m, lh_param_visit_fn fn, void *user);
@@ -175,6 +174,10 @@ lh_module *lh_build_add_linear(lh_build *b, lh_module *parent, const char *name,
                                int64_t out, bool bias);
 lh_module *lh_build_add_rmsnorm(lh_build *b, lh_module *parent, const char *name, int64_t dim,
                                 double eps);
+lh_module *lh_build_add_layernorm(lh_build *b, lh_module *parent, const char *name,
+                                  int64_t dim, double eps, bool bias);
+lh_module *lh_build_add_linear_transposed(lh_build *b, lh_module *parent, const char *name,
+                                          int64_t in, int64_t out, bool bias);
 lh_module *lh_build_add_mlp(lh_build *b, lh_module *parent, const char *name);
 lh_module *lh_build_add_head(lh_build *b, lh_module *parent, const char *name, int64_t in,
                              int64_t out, bool bias);
@@ -182,10 +185,17 @@ lh_module *lh_build_add_attention(lh_build *b, lh_module *parent, const char *na
                                   const lh_attention_spec *spec);
 lh_status lh_build_add_param(lh_build *b, lh_module *m, const char *name, int ndim,
                              const int64_t *shape, lh_param_role role);
-lh_status lh_build_chain_norm(lh_build *b, lh_module *layer, lh_module *next_norm);
 lh_status lh_build_tie_weights(lh_build *b, lh_module *dst, lh_module *src);
 lh_status lh_build_fail(lh_build *b, lh_status code, const char *fmt, ...) LH_PRINTF(3, 4);
 lh_status lh_build_status(lh_build *b);
+/* The attention geometry a run derives from the tree's attention layers rather than from
+ * config keys a family may spell its own way (GPT-2's n_layer, n_head): `base` (the config's
+ * geometry) with num_hidden_layers = the number of attention layers; heads, kv heads,
+ * head_dim, MLA dimensions, RoPE scaling and max_positions (when set) of the first layer;
+ * sliding_window and attention_chunk_size the largest any layer has. A tree without attention
+ * layers (or m NULL) leaves base as it is. */
+void lh_model_run_geometry(const lh_model *m, const lh_model_geometry *base,
+                           lh_model_geometry *out);
 /* The attention spec a module was registered with (add_attention, normalized), NULL for
  * other modules. */
 const lh_attention_spec *lh_model_attention_spec(const lh_model *m, const char *module_name);

@@ -525,26 +525,6 @@ static lh_dtype weight_dtype(const lh_model_config *cfg, const lh_run_config *rc
 
 /* A decoder layer is a non-root module that directly holds an attention module; each must
  * fuse its residual add with the next norm. */
-static lh_status check_norm_chain(const lh_model *m, lh_err *err)
-{
-    const lh_build *b = m->b;
-    for (const lh_module *x = lh_tree_next(b->root); x; x = lh_tree_next(x)) {
-        bool is_layer = false;
-        for (const lh_module *c = x->first_child; c; c = c->next_sibling)
-            if (c->kind == LH_MOD_ATTENTION) {
-                is_layer = true;
-                break;
-            }
-        if (is_layer && !x->next_norm)
-            return lh_err_set(err, LH_E_CONFIG,
-                              "%s: layer %s has no next norm (the constructor must call "
-                              "chain_norm: each decoder layer to the next layer's input norm, "
-                              "the last to the final norm)",
-                              m->provider, x->name);
-    }
-    return LH_OK;
-}
-
 lh_status lh_model_build(const lh_host_api *api, const lh_model_provider *prov,
                          const lh_model_config *cfg, const lh_run_config *rc, lh_model **out,
                          lh_err *err)
@@ -581,7 +561,6 @@ lh_status lh_model_build(const lh_host_api *api, const lh_model_provider *prov,
         m->b->kv_k_bits = lh_k_dtype_bits(rc->kv_cache.k_dtype);
     if (rc && rc->kv_cache.v_dtype != LH_DTYPE_INVALID)
         m->b->kv_v_bits = lh_k_dtype_bits(rc->kv_cache.v_dtype);
-    m->max_seq_len = lh_run_max_seq_len(rc, &cfg->geo); /* what the engine's cache will hold */
     m->max_batch_size = rc && rc->max_batch_size > 0 ? rc->max_batch_size : 1;
 
     lh_status st = prov->ops->construct(api, m->b, cfg);
@@ -597,9 +576,10 @@ lh_status lh_model_build(const lh_host_api *api, const lh_model_provider *prov,
         lh_model_free(m);
         return st;
     }
-    st = check_norm_chain(m, err);
-    if (st == LH_OK)
-        st = lh_model_apply_quant(m, rc ? &rc->quant : NULL, err);
+    lh_model_geometry geo;
+    lh_model_run_geometry(m, &cfg->geo, &geo);
+    m->max_seq_len = lh_run_max_seq_len(rc, &geo); /* what the engine's cache will hold */
+    st = lh_model_apply_quant(m, rc ? &rc->quant : NULL, err);
     if (st != LH_OK) {
         lh_model_free(m);
         return st;
@@ -633,7 +613,8 @@ void lh_model_foreach_param(const lh_model *m, lh_param_visit_fn fn, void *user)
 {
     for (lh_param *p = lh_tree_next_param(m->b, NULL); p; p = lh_tree_next_param(m->b, p)) {
         lh_param_info info = {.module = p->owner->name, .name = p->name, .ndim = p->ndim,
-                              .dtype = p->dtype, .tied = p->tied_to != NULL};
+                              .dtype = p->dtype, .tied = p->tied_to != NULL,
+                              .transposed = p->transposed};
         memcpy(info.shape, p->shape, sizeof info.shape);
         fn(&info, user);
     }
@@ -702,12 +683,36 @@ const char *lh_model_attention_lookup(const lh_model *m, const char *key)
     return NULL;
 }
 
-const char *lh_model_next_norm(const lh_model *m, const char *layer_name)
+void lh_model_run_geometry(const lh_model *m, const lh_model_geometry *base,
+                           lh_model_geometry *out)
 {
-    if (!m || !layer_name)
-        return NULL;
-    const lh_module *x = lh_tree_lookup(m->b, layer_name);
-    return x && x->next_norm ? x->next_norm->name : NULL;
+    *out = *base;
+    if (!m || m->b->n_attn == 0)
+        return;
+    const lh_attention_spec *s0 = m->b->attn[0].module->attn;
+    out->num_hidden_layers = (int64_t)m->b->n_attn;
+    out->num_attention_heads = s0->num_heads;
+    out->num_key_value_heads = s0->num_kv_heads;
+    out->head_dim = s0->head_dim;
+    if (s0->max_positions > 0)
+        out->max_position_embeddings = s0->max_positions;
+    out->rope_scaling = s0->rope ? s0->rope_scaling : (lh_rope_scaling){0};
+    out->has_mla = s0->mla;
+    out->has_q_lora_rank = s0->has_q_lora_rank;
+    out->q_lora_rank = s0->q_lora_rank;
+    out->kv_lora_rank = s0->kv_lora_rank;
+    out->qk_rope_head_dim = s0->qk_rope_head_dim;
+    out->qk_nope_head_dim = s0->qk_nope_head_dim;
+    out->v_head_dim = s0->v_head_dim;
+    out->sliding_window = 0;
+    out->attention_chunk_size = 0;
+    for (size_t i = 0; i < m->b->n_attn; i++) {
+        const lh_attention_spec *s = m->b->attn[i].module->attn;
+        if (s->sliding_window > out->sliding_window)
+            out->sliding_window = s->sliding_window;
+        if (s->attention_chunk_size > out->attention_chunk_size)
+            out->attention_chunk_size = s->attention_chunk_size;
+    }
 }
 
 const lh_attention_spec *lh_model_attention_spec(const lh_model *m, const char *module_name)

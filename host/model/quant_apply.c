@@ -134,6 +134,14 @@ lh_status lh_model_apply_quant(lh_model *m, const lh_quant_config *qc, lh_err *e
                        x->name, p->name);
                 ps = LH_QUANT_NONE;
             }
+            if (ps != LH_QUANT_NONE && p->transposed) {
+                st = lh_err_set(err, LH_E_UNSUPPORTED,
+                                "quant: %s.%s is stored transposed ([in, out], as GPT-2's "
+                                "Conv1D) and cannot be quantized (from %s%s%s); list it in "
+                                "exclude_modules", x->name, p->name, ruled ? "rule '" : "",
+                                origin, ruled ? "'" : "");
+                break;
+            }
             int64_t out = p->shape[0], in = p->shape[1];
             int64_t bytes;
             if (ps == LH_QUANT_NONE) {

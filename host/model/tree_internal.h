@@ -29,6 +29,8 @@ typedef struct lh_param {
      * freed by lh_model_free). A tied param points at its source's data, never owned. */
     void *data;
     bool data_owned;
+    /* stored [in, out] (add_linear_transposed): the runner binds the transpose */
+    bool transposed;
 } lh_param;
 
 struct lh_module {
@@ -41,8 +43,7 @@ struct lh_module {
     size_t n_children;
     lh_param *params, *last_param;
     int n_params;
-    lh_module *next_norm;        /* norm fusion chain */
-    double eps;                  /* RMSNORM */
+    double eps;                  /* RMSNORM, LAYERNORM */
     lh_quant_scheme quant;       /* LINEAR, after the quant config */
     int64_t group_size;          /* INT4 */
     /* ATTENTION */

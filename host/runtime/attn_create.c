@@ -3,6 +3,7 @@
  * refused here, at construction, never discovered mid-generation. */
 #include "attn_create.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,18 +14,18 @@ static lh_dtype kv_or_f32(lh_dtype dt)
 }
 
 lh_status lh_create_attention(const lh_attn_backend_provider *p, const lh_attn_geometry *gin,
-                              lh_attn_layer **out, char *err, size_t n)
+                              lh_attn_layer **out, lh_error *err)
 {
     if (out)
         *out = NULL;
     if (!p || !gin || !out || !p->name)
-        return lh_attn_fail(err, n, LH_E_USAGE, "create_attention: NULL argument");
+        return lh_error_set(err, LH_E_USAGE, "create_attention: NULL argument");
     /* a geometry from an older plugin: the fields it lacks are zero (= not asked for) */
     lh_attn_geometry g;
     memset(&g, 0, sizeof g);
     size_t have = gin->struct_size < sizeof g ? gin->struct_size : sizeof g;
     if (have < offsetof(lh_attn_geometry, scale) + sizeof g.scale)
-        return lh_attn_fail(err, n, LH_E_USAGE,
+        return lh_error_set(err, LH_E_USAGE,
                             "create_attention: geometry struct_size %u is too small",
                             gin->struct_size);
     memcpy(&g, gin, have);
@@ -45,10 +46,11 @@ lh_status lh_create_attention(const lh_attn_backend_provider *p, const lh_attn_g
         {g.sparse_top_k > 0 || g.sparse_local_blocks > 0, LH_ATTN_CAP_SPARSE,
          "sparse attention"},
         {g.fused_rope, LH_ATTN_CAP_FUSED_ROPE, "fused RoPE"},
+        {g.logit_softcap != 0.0f, LH_ATTN_CAP_SOFTCAP, "attention-logit soft-capping"},
     };
     for (size_t i = 0; i < sizeof needs / sizeof *needs; i++)
         if (needs[i].asked && !(p->capabilities & needs[i].bit))
-            return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+            return lh_error_set(err, LH_E_UNSUPPORTED,
                                 "attention backend '%s' does not support %s, which layer %lld asks "
                                 "for", p->name, needs[i].what,
                                 (long long)g.layer_index);
@@ -66,7 +68,7 @@ lh_status lh_create_attention(const lh_attn_backend_provider *p, const lh_attn_g
         };
         for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
             if (!dims[i].ok)
-                return lh_attn_fail(err, n, LH_E_CONFIG,
+                return lh_error_set(err, LH_E_CONFIG,
                                     "attention layer %lld (MLA): %s=%lld must be %s",
                                     (long long)g.layer_index, dims[i].field, (long long)dims[i].v,
                                     strcmp(dims[i].field, "qk_rope_head_dim") == 0
@@ -76,10 +78,14 @@ lh_status lh_create_attention(const lh_attn_backend_provider *p, const lh_attn_g
                                     "compressed)"
                                     : "> 0");
     }
+    if (!isfinite(g.logit_softcap) || g.logit_softcap < 0.0f)
+        return lh_error_set(err, LH_E_CONFIG,
+                            "attention layer %lld: logit_softcap=%g must be finite and >= 0 "
+                            "(0: none)", (long long)g.layer_index, (double)g.logit_softcap);
     if (p->struct_size < offsetof(lh_attn_backend_provider, ops) + sizeof p->ops || !p->ops ||
         p->ops->struct_size < offsetof(lh_attn_ops, destroy) + sizeof p->ops->destroy ||
         !p->ops->create || !p->ops->forward || !p->ops->destroy)
-        return lh_attn_fail(err, n, LH_E_UNSUPPORTED, "attention backend '%s' has no forward "
+        return lh_error_set(err, LH_E_UNSUPPORTED, "attention backend '%s' has no forward "
                             "implementation (it is only described)", p->name);
-    return p->ops->create(&g, out, err, n);
+    return p->ops->create(&g, out, err);
 }

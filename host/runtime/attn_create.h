@@ -7,6 +7,6 @@
 
 /* See lh_host_api.create_attention (lh_plugin.h) for the checks, errors and ownership. */
 lh_status lh_create_attention(const lh_attn_backend_provider *p, const lh_attn_geometry *g,
-                              lh_attn_layer **out, char *err, size_t n);
+                              lh_attn_layer **out, lh_error *err);
 
 #endif

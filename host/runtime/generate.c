@@ -297,8 +297,13 @@ lh_status lh_generate_cancellable(lh_runner *d, lh_kctx *kctx, const lh_generate
     }
     if (max_new == 0)
         return LH_OK;
+    /* a sequence that grows past a RoPE table switch is fed again in full (below), so the
+     * step buffers then hold up to every sequence's whole length */
+    const int64_t rope_switch = lh_runner_rope_switch_len(d);
+    const int64_t cap = rope_switch > 0 ? total + n_seqs * max_new
+                                        : (total > n_seqs ? total : n_seqs);
     step_buf b;
-    lh_status st = step_buf_alloc(&b, total > n_seqs ? total : n_seqs, n_seqs, n_seqs, err);
+    lh_status st = step_buf_alloc(&b, cap, n_seqs, n_seqs, err);
     if (st != LH_OK)
         return st;
     choose_ctx c = {.kp = kernel_params(p), .p = p};
@@ -391,23 +396,38 @@ lh_status lh_generate_cancellable(lh_runner *d, lh_kctx *kctx, const lh_generate
             cancel_at = k;
             break;
         }
-        int64_t n = 0;
+        int64_t n = 0, t = 0;
         for (int64_t s = 0; s < n_seqs; s++) {
             if (done[s])
                 continue;
-            b.token_start[n] = n;
-            b.n_new[n] = 1;
-            b.ctx_len[n] = lens[s] + k - 1;
-            b.tokens[n] = out[s * max_new + k - 1];
-            b.positions[n] = (int32_t)b.ctx_len[n];
+            const int64_t ctx = lens[s] + k - 1;
+            b.token_start[n] = t;
             b.slot[n] = s;
-            b.out_rows[n] = n;
             seq[n] = s;
+            if (ctx == rope_switch && rope_switch > 0) {
+                /* the new token takes the sequence past the switch: its cached keys were
+                 * rotated with the other table, so it is computed again from the start
+                 * (transformers' Phi-3 drops its cache at this step the same way) */
+                lh_runner_release(d, s);
+                b.ctx_len[n] = 0;
+                b.n_new[n] = ctx + 1;
+                for (int64_t i = 0; i <= ctx; i++, t++) {
+                    b.tokens[t] = i < lens[s] ? prompts[s][i] : out[s * max_new + i - lens[s]];
+                    b.positions[t] = (int32_t)i;
+                }
+            } else {
+                b.ctx_len[n] = ctx;
+                b.n_new[n] = 1;
+                b.tokens[t] = out[s * max_new + k - 1];
+                b.positions[t] = (int32_t)ctx;
+                t++;
+            }
+            b.out_rows[n] = t - 1;
             n++;
         }
         if (n == 0)
             break;
-        step = make_step(&b, n, n);
+        step = make_step(&b, t, n);
         st = lh_runner_forward_dev(d, kctx, &step, b.tokens, b.out_rows, n, &b.logits, err);
         if (st == LH_OK)
             st = choose(kctx, &c, &b.logits, seq, k, b.tokens, err);

@@ -45,6 +45,36 @@ typedef struct collect_ctx {
     lh_err *err;
 } collect_ctx;
 
+/* A weight the checkpoint stores [in, out] (add_linear_transposed) becomes an [out, in] copy
+ * the runner owns, so every linear reads one layout. Done once, at bind. */
+static lh_status transpose_weight(lh_runner *r, lh_weight *w, lh_err *err)
+{
+    const lh_tensor *t = &w->t;
+    const int64_t bits = lh_k_dtype_bits(t->dtype);
+    if (t->ndim != 2 || t->device.kind != LH_DEVICE_CPU || (bits != 16 && bits != 32) ||
+        t->stride[1] != 1 || t->stride[0] != t->shape[1])
+        return lh_err_set(err, LH_E_UNSUPPORTED, "%s: a transposed weight must be a contiguous "
+                          "2-D f32/bf16/f16 tensor in host memory (got %d dims, %lld-bit "
+                          "elements)", w->name, t->ndim, (long long)bits);
+    const int64_t in = t->shape[0], out = t->shape[1];
+    const size_t es = (size_t)bits / 8;
+    unsigned char *dst = malloc((size_t)(in * out) * es);
+    void **grown = dst ? realloc(r->tbufs, (size_t)(r->n_tbufs + 1) * sizeof *r->tbufs) : NULL;
+    if (!grown) {
+        free(dst);
+        return lh_err_set(err, LH_E_NOMEM, "out of memory transposing %s", w->name);
+    }
+    r->tbufs = grown;
+    r->tbufs[r->n_tbufs++] = dst;
+    const unsigned char *src = t->data;
+    for (int64_t i = 0; i < in; i++)
+        for (int64_t o = 0; o < out; o++)
+            memcpy(dst + (size_t)(o * in + i) * es, src + (size_t)(i * out + o) * es, es);
+    const int64_t shape[2] = {out, in};
+    w->t = lh_runner_view(t->device, t->dtype, dst, 2, shape);
+    return LH_OK;
+}
+
 static void collect_param(const lh_param_info *p, void *user)
 {
     collect_ctx *c = user;
@@ -63,6 +93,8 @@ static void collect_param(const lh_param_info *p, void *user)
     if (st != LH_OK)
         c->st = lh_err_set(c->err, LH_E_INTERNAL, "%s is in the tree but not bound (%s)",
                            w->name, lh_status_name(st));
+    else if (p->transposed)
+        c->st = transpose_weight(c->r, w, c->err);
 }
 
 static void count_param(const lh_param_info *p, void *user)
@@ -180,7 +212,10 @@ static bool same_scaling(const lh_rope_scaling *a, const lh_rope_scaling *b)
            a->original_max_position_embeddings == b->original_max_position_embeddings &&
            a->beta_fast == b->beta_fast && a->beta_slow == b->beta_slow &&
            a->attention_factor == b->attention_factor && a->mscale == b->mscale &&
-           a->mscale_all_dim == b->mscale_all_dim;
+           a->mscale_all_dim == b->mscale_all_dim && a->n_factors == b->n_factors &&
+           (a->n_factors == 0 ||
+            (memcmp(a->short_factor, b->short_factor, (size_t)a->n_factors * sizeof(double)) == 0 &&
+             memcmp(a->long_factor, b->long_factor, (size_t)a->n_factors * sizeof(double)) == 0));
 }
 
 /* The RoPE table a spec asks for, shared by every layer that asks for the same one. */
@@ -192,15 +227,15 @@ static lh_status rope_for(lh_runner *r, const lh_attention_spec *s, const char *
         return LH_OK;
     for (int64_t i = 0; i < r->n_ropes; i++) {
         const lh_rope *x = &r->ropes[i];
-        if (x->rotary_dim == s->head_dim && x->theta == s->rope_theta &&
-            x->max_position_embeddings == s->rope_max_positions &&
+        if (x->rotary_dim == s->rotary_dim && x->theta == s->rope_theta &&
+            x->max_position_embeddings == s->max_positions &&
             same_scaling(&x->scaling, &s->rope_scaling)) {
             *out = x;
             return LH_OK;
         }
     }
     lh_rope *x = &r->ropes[r->n_ropes];
-    if (lh_k_rope_init(x, s->head_dim, s->rope_theta, &s->rope_scaling, s->rope_max_positions) !=
+    if (lh_k_rope_init(x, s->rotary_dim, s->rope_theta, &s->rope_scaling, s->max_positions) !=
         LH_OK)
         return lh_err_set(err, LH_E_CONFIG, "%s: cannot build the RoPE table (rope_theta %g, "
                           "scaling '%s'): %s", module, s->rope_theta,
@@ -313,13 +348,30 @@ static lh_status init_attention(lh_runner *r, const lh_model *m, const lh_attn_r
             .qk_nope_head_dim = s->qk_nope_head_dim,
             .qk_rope_head_dim = s->qk_rope_head_dim,
             .v_head_dim = s->v_head_dim,
+            .logit_softcap = (float)s->logit_softcap,
         };
-        char msg[512] = "";
-        st = lh_create_attention(attn->provider, &ag, &a->layer, msg, sizeof msg);
+        lh_err aerr = {0};
+        st = lh_create_attention(attn->provider, &ag, &a->layer, &aerr);
         if (st != LH_OK)
-            lh_err_set(err, st, "attention backend (%s): %s", a->module, msg);
+            lh_err_set(err, st, "attention backend (%s): %s", a->module, aerr.msg);
     }
     return st;
+}
+
+int64_t lh_runner_rope_switch_len(const lh_runner *r)
+{
+    int64_t len = 0;
+    for (int64_t i = 0; r && i < r->n_ropes; i++) {
+        const lh_rope *x = &r->ropes[i];
+        if (!x->inv_freq_long)
+            continue;
+        const int64_t orig = x->scaling.original_max_position_embeddings > 0
+                                 ? x->scaling.original_max_position_embeddings
+                                 : x->max_position_embeddings;
+        if (len == 0 || orig < len)
+            len = orig;
+    }
+    return len;
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
@@ -355,9 +407,17 @@ void lh_runner_free(lh_runner *r)
     for (int64_t i = 0; i < r->n_wbufs; i++)
         lh_k_free(r->kctx, r->wbufs[i]);
     free(r->wbufs);
+    for (int64_t i = 0; i < r->n_tbufs; i++)
+        free(r->tbufs[i]);
+    free(r->tbufs);
     for (int64_t i = 0; i < r->n_weights; i++)
         free(r->weights[i].name);
     free(r->weights);
+    for (int64_t i = 0; i < r->n_views; i++) {
+        free(r->views[i]->name);
+        free(r->views[i]);
+    }
+    free(r->views);
     lh_kv_cache_free(r->kv);
     free(r->tables);
     free(r->table_len);
@@ -382,11 +442,12 @@ static lh_status bind_plugin(lh_runner *r, const lh_host_api *api, const lh_mode
     }
     r->state = state;
     r->bound = true;
-    if (info.vocab_size <= 0 || info.scratch_bytes_per_token < 0 ||
+    /* a logits row is indexed by int32 token ids */
+    if (info.vocab_size <= 0 || info.vocab_size > INT32_MAX || info.scratch_bytes_per_token < 0 ||
         info.scratch_bytes_per_row < 0 || info.scratch_requests < 0)
         return lh_err_set(err, LH_E_INTERNAL, "%s: bind reported vocab_size %lld and scratch "
-                          "%lld B/token, %lld B/row, %lld requests (vocab must be > 0, the "
-                          "others >= 0)", r->arch, (long long)info.vocab_size,
+                          "%lld B/token, %lld B/row, %lld requests (vocab must be in [1, 2^31 - 1], "
+                          "the others >= 0)", r->arch, (long long)info.vocab_size,
                           (long long)info.scratch_bytes_per_token,
                           (long long)info.scratch_bytes_per_row,
                           (long long)info.scratch_requests);
@@ -540,7 +601,10 @@ static lh_status reserve_logits(lh_runner *r, int64_t rows, lh_err *err)
     dfree(r, (void **)&r->logits);
     r->logit_rows = 0;
     void *p = NULL;
-    const int64_t vocab = r->info.vocab_size;
+    const int64_t vocab = r->info.vocab_size; /* bind_plugin bounded it: no overflow here */
+    if (rows > INT64_MAX / (vocab * (int64_t)sizeof(float)))
+        return lh_err_set(err, LH_E_USAGE, "the logits of %lld rows x %lld vocab overflow a "
+                          "byte size", (long long)rows, (long long)vocab);
     lh_status st = lh_k_alloc(r->kctx, (size_t)rows * (size_t)vocab * sizeof(float), &p);
     if (st != LH_OK) {
         char dev[32];
@@ -656,10 +720,12 @@ lh_status lh_runner_forward_dev(lh_runner *r, lh_kctx *kctx, const lh_attn_step 
     }
     /* the backends' host-side bookkeeping, outside any graph */
     for (int64_t i = 0; i < r->n_attn; i++) {
-        char msg[512] = "";
+        lh_err aerr; /* per layer and step: only what a failure reads is set */
+        aerr.code = LH_OK;
+        aerr.msg[0] = '\0';
         if (r->attn_ops->prepare &&
-            (st = r->attn_ops->prepare(r->attn[i].layer, step, msg, sizeof msg)) != LH_OK)
-            return lh_err_set(err, st, "%s attention prepare: %s", r->attn[i].module, msg);
+            (st = r->attn_ops->prepare(r->attn[i].layer, step, &aerr)) != LH_OK)
+            return lh_err_set(err, st, "%s attention prepare: %s", r->attn[i].module, aerr.msg);
     }
     if (r->graphs && decode)
         st = graph_step(r, kctx, step, tokens, out_rows, n_out, err);

@@ -68,6 +68,11 @@ const lh_kv_cache *lh_runner_kv(const lh_runner *r);
 int64_t lh_runner_weight_bytes(const lh_runner *r);
 /* Whether decode steps run as CUDA graphs. */
 bool lh_runner_graphs(const lh_runner *r);
+/* The sequence length at which a layer's RoPE table switches (longrope: the original
+ * maximum; a sequence longer than it is rotated with the long factors, every position), or
+ * 0 when no table switches. Keys cached before the switch were rotated with the other table,
+ * so a sequence that grows past it is computed afresh (lh_generate), as transformers does. */
+int64_t lh_runner_rope_switch_len(const lh_runner *r);
 
 /* One forward step over step->n_tokens packed tokens. For each of the n_out rows listed in
  * out_rows (token indices into the batch) the logits [vocab] are written to
@@ -95,6 +100,8 @@ const lh_weight *lh_runner_weight(lh_bind *bd, const char *fmt, ...) LH_PRINTF(2
 const lh_weight *lh_runner_weight_opt(lh_bind *bd, const char *fmt, ...) LH_PRINTF(2, 3);
 const lh_attn_ref *lh_runner_attention(lh_bind *bd, const char *fmt, ...) LH_PRINTF(2, 3);
 const lh_tensor *lh_runner_weight_tensor(const lh_weight *w);
+const lh_weight *lh_runner_weight_rows(lh_bind *bd, const lh_weight *w, int64_t start,
+                                       int64_t count);
 lh_status lh_runner_bind_fail(lh_bind *bd, lh_status code, const char *fmt, ...)
     LH_PRINTF(3, 4);
 lh_status lh_runner_bind_status(lh_bind *bd);
@@ -112,6 +119,12 @@ lh_status lh_runner_residual_rmsnorm(lh_fwd *f, lh_tensor *residual, const lh_te
 lh_status lh_runner_act_mul(lh_fwd *f, lh_activation act, const lh_tensor *gate,
                             const lh_tensor *up, lh_tensor *out);
 lh_status lh_runner_scale(lh_fwd *f, lh_tensor *x, float s);
+lh_status lh_runner_embed_positions(lh_fwd *f, const lh_weight *table, lh_tensor *out);
+lh_status lh_runner_layernorm(lh_fwd *f, const lh_tensor *x, const lh_weight *w,
+                              const lh_weight *bias, float eps, lh_tensor *out);
+lh_status lh_runner_add(lh_fwd *f, lh_tensor *y, const lh_tensor *x);
+lh_status lh_runner_act(lh_fwd *f, lh_activation act, const lh_tensor *x, lh_tensor *out);
+lh_status lh_runner_softcap(lh_fwd *f, lh_tensor *x, float cap);
 lh_status lh_runner_attend(lh_fwd *f, const lh_attn_ref *a, lh_tensor *q, lh_tensor *k,
                            lh_tensor *v, lh_tensor *out);
 lh_tensor lh_runner_output_rows(lh_fwd *f, const lh_tensor *h);

@@ -5,8 +5,10 @@
 
 #include "api/host_api_table.h"
 #include "core/err.h"
+#include "core/strutil.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -54,9 +56,17 @@ static const lh_weight *find_weight(lh_bind *bd, bool required, const char *fmt,
     for (int64_t i = 0; i < r->n_weights; i++)
         if (strcmp(r->weights[i].name, name) == 0)
             return &r->weights[i];
-    if (required)
+    if (required) {
+        const char **names = malloc((size_t)(r->n_weights ? r->n_weights : 1) * sizeof *names);
+        for (int64_t i = 0; names && i < r->n_weights; i++)
+            names[i] = r->weights[i].name;
+        const char *near = names ? lh_nearest(name, names, (size_t)r->n_weights) : NULL;
         lh_runner_bind_fail(bd, LH_E_USAGE, "bind asked for the parameter '%s', which the "
-                            "model's tree does not have", name);
+                            "model's tree (%lld parameters) does not have%s%s%s", name,
+                            (long long)r->n_weights, near ? "; nearest: '" : "",
+                            near ? near : "", near ? "'" : "");
+        free(names);
+    }
     return NULL;
 }
 
@@ -96,15 +106,69 @@ const lh_attn_ref *lh_runner_attention(lh_bind *bd, const char *fmt, ...)
     for (int64_t i = 0; i < r->n_attn; i++)
         if (strcmp(r->attn[i].module, name) == 0)
             return &r->attn[i];
+    const char **names = malloc((size_t)(r->n_attn ? r->n_attn : 1) * sizeof *names);
+    for (int64_t i = 0; names && i < r->n_attn; i++)
+        names[i] = r->attn[i].module;
+    const char *near = names ? lh_nearest(name, names, (size_t)r->n_attn) : NULL;
     lh_runner_bind_fail(bd, LH_E_USAGE, "bind asked for the attention layer '%s', which is not "
-                        "in the model's attention-layer table (add_attention registers one)",
-                        name);
+                        "in the model's attention-layer table (%lld layers registered by "
+                        "add_attention%s%s%s)", name, (long long)r->n_attn,
+                        near ? "; nearest: '" : "", near ? near : "", near ? "'" : "");
+    free(names);
     return NULL;
 }
 
 const lh_tensor *lh_runner_weight_tensor(const lh_weight *w)
 {
     return w ? &w->t : NULL;
+}
+
+const lh_weight *lh_runner_weight_rows(lh_bind *bd, const lh_weight *w, int64_t start,
+                                       int64_t count)
+{
+    if (!bd || bd->err.code != LH_OK)
+        return NULL;
+    if (!w) {
+        lh_runner_bind_fail(bd, LH_E_USAGE, "weight_rows: NULL weight");
+        return NULL;
+    }
+    const lh_tensor *t = &w->t;
+    const int64_t rows = t->ndim >= 1 ? t->shape[0] : 0;
+    const int64_t bits = lh_k_dtype_bits(t->dtype);
+    if (t->ndim < 1 || t->ndim > 2 || bits % 8 != 0 || bits == 0) {
+        lh_runner_bind_fail(bd, LH_E_USAGE, "weight_rows: %s must be a plain 1-D or 2-D weight "
+                            "(a quantized or %d-D one has no row view)", w->name, t->ndim);
+        return NULL;
+    }
+    if (start < 0 || count <= 0 || start > rows || count > rows - start) {
+        lh_runner_bind_fail(bd, LH_E_USAGE, "weight_rows: rows [%lld, %lld) of %s, which has "
+                            "%lld rows", (long long)start, (long long)start + count, w->name,
+                            (long long)rows);
+        return NULL;
+    }
+    lh_runner *r = bd->r;
+    lh_weight *v = calloc(1, sizeof *v);
+    lh_weight **grown = v ? realloc(r->views, (size_t)(r->n_views + 1) * sizeof *r->views)
+                          : NULL;
+    const size_t n = strlen(w->name) + 48;
+    if (grown)
+        r->views = grown;
+    if (v)
+        v->name = malloc(n);
+    if (!v || !grown || !v->name) {
+        if (v)
+            free(v->name);
+        free(v);
+        lh_runner_bind_fail(bd, LH_E_NOMEM, "weight_rows: out of memory");
+        return NULL;
+    }
+    snprintf(v->name, n, "%s[%lld:%lld]", w->name, (long long)start,
+             (long long)(start + count));
+    v->t = *t;
+    v->t.shape[0] = count;
+    v->t.data = (char *)t->data + (size_t)(start * t->stride[0]) * (size_t)(bits / 8);
+    r->views[r->n_views++] = v;
+    return v;
 }
 
 /* ---- forward -------------------------------------------------------------------------------- */
@@ -177,7 +241,8 @@ static bool usable(lh_fwd *f)
     return f && f->err->code == LH_OK;
 }
 
-static lh_tensor take(lh_fwd *f, int64_t rows, int64_t cols)
+/* what: "scratch request N" or the block taking its own room, for the message */
+static lh_tensor take(lh_fwd *f, int64_t rows, int64_t cols, const char *what)
 {
     lh_tensor none = {0};
     if (!usable(f))
@@ -192,11 +257,11 @@ static lh_tensor take(lh_fwd *f, int64_t rows, int64_t cols)
     bytes = (bytes + LH_SCRATCH_ALIGN - 1) / LH_SCRATCH_ALIGN * LH_SCRATCH_ALIGN;
     lh_runner *r = f->r;
     if (bytes > r->arena_bytes - f->arena_used) {
-        lh_runner_fwd_fail(f, LH_E_INTERNAL, "scratch request %lld [%lld, %lld] (%zu bytes) "
+        lh_runner_fwd_fail(f, LH_E_INTERNAL, "%s [%lld, %lld] (%zu bytes) "
                            "exceeds the step's arena (%zu of %zu bytes used) sized from the "
                            "plugin's lh_forward_info (%lld B/token, %lld B/row, %lld requests) "
                            "for %lld tokens: the plugin under-declared its scratch",
-                           (long long)f->requests, (long long)rows, (long long)cols, bytes,
+                           what, (long long)rows, (long long)cols, bytes,
                            f->arena_used, r->arena_bytes,
                            (long long)r->info.scratch_bytes_per_token,
                            (long long)r->info.scratch_bytes_per_row,
@@ -218,7 +283,9 @@ lh_tensor lh_runner_scratch(lh_fwd *f, int64_t rows, int64_t cols)
                            (long long)f->requests + 1, (long long)f->r->info.scratch_requests);
         return (lh_tensor){0};
     }
-    lh_tensor t = take(f, rows, cols);
+    char what[48];
+    snprintf(what, sizeof what, "scratch request %lld", f ? (long long)f->requests + 1 : 0LL);
+    lh_tensor t = take(f, rows, cols, what);
     if (f && t.data)
         f->requests++;
     return t;
@@ -285,9 +352,11 @@ lh_status lh_runner_act_mul(lh_fwd *f, lh_activation act, const lh_tensor *gate,
         return kernel(f, lh_k_silu_mul(f->kctx, gate, up, out), "silu * up");
     case LH_ACT_GELU_TANH:
         return kernel(f, lh_k_gelu_tanh_mul(f->kctx, gate, up, out), "gelu_tanh * up");
+    case LH_ACT_GELU:
+        return kernel(f, lh_k_gelu_mul(f->kctx, gate, up, out), "gelu * up");
     }
     return lh_runner_fwd_fail(f, LH_E_USAGE, "act_mul: activation %d is not an lh_activation "
-                              "(LH_ACT_SILU 0, LH_ACT_GELU_TANH 1)", (int)act);
+                              "(LH_ACT_SILU 0, LH_ACT_GELU_TANH 1, LH_ACT_GELU 2)", (int)act);
 }
 
 lh_status lh_runner_scale(lh_fwd *f, lh_tensor *x, float s)
@@ -302,11 +371,17 @@ static bool heads_view(lh_fwd *f, const char *what, const lh_tensor *x, int64_t 
                        lh_tensor *out)
 {
     const int64_t T = f->step->n_tokens;
-    if (!x || x->ndim != 2 || x->shape[0] != T || x->shape[1] != heads * D ||
-        x->stride[1] != 1 || x->stride[0] != heads * D) {
-        lh_runner_fwd_fail(f, LH_E_USAGE, "attend: %s must be a contiguous [%lld, %lld] tensor "
-                           "(tokens x %lld heads x %lld)", what, (long long)T,
-                           (long long)(heads * D), (long long)heads, (long long)D);
+    if (!x || x->dtype != LH_DTYPE_F32 || x->ndim != 2 || x->shape[0] != T ||
+        x->shape[1] != heads * D || x->stride[1] != 1 || x->stride[0] != heads * D) {
+        char got[96] = "NULL";
+        if (x)
+            snprintf(got, sizeof got, "a %s tensor of %d dims [%lld, %lld] with strides "
+                     "[%lld, %lld]", lh_dtype_name(x->dtype) ? lh_dtype_name(x->dtype) : "?",
+                     x->ndim, (long long)x->shape[0], (long long)(x->ndim > 1 ? x->shape[1] : 0),
+                     (long long)x->stride[0], (long long)(x->ndim > 1 ? x->stride[1] : 0));
+        lh_runner_fwd_fail(f, LH_E_USAGE, "attend: %s must be a contiguous float32 [%lld, %lld] "
+                           "tensor (tokens x %lld heads x %lld); got %s", what, (long long)T,
+                           (long long)(heads * D), (long long)heads, (long long)D, got);
         return false;
     }
     int64_t shape[3] = {T, heads, D};
@@ -357,11 +432,13 @@ lh_status lh_runner_attend(lh_fwd *f, const lh_attn_ref *a, lh_tensor *q, lh_ten
     const lh_attn_forward_args args = {.struct_size = sizeof args,
                                        .kv = lh_kv_cache_layer(r->kv, a->index),
                                        .rope = fused ? a->rope : NULL};
-    char msg[512] = "";
+    lh_err err; /* per layer and step: only what a failure reads is set */
+    err.code = LH_OK;
+    err.msg[0] = '\0';
     lh_status st = r->attn_ops->forward(a->layer, f->kctx, f->step, &args, &q3, &k3, &v3, &o3,
-                                        msg, sizeof msg);
+                                        &err);
     if (st != LH_OK)
-        return lh_runner_fwd_fail(f, st, "attention: %s", msg);
+        return lh_runner_fwd_fail(f, st, "attention: %s", err.msg);
     return LH_OK;
 }
 
@@ -371,8 +448,9 @@ lh_tensor lh_runner_output_rows(lh_fwd *f, const lh_tensor *h)
     if (!usable(f))
         return none;
     if (!h || h->ndim != 2 || h->shape[0] != f->step->n_tokens) {
-        lh_runner_fwd_fail(f, LH_E_USAGE, "output_rows: h must be [%lld, D]",
-                           (long long)f->step->n_tokens);
+        lh_runner_fwd_fail(f, LH_E_USAGE, "output_rows: h must be [%lld, D]; got %s%lld dims "
+                           "[%lld, ...]", (long long)f->step->n_tokens, h ? "" : "NULL, ",
+                           (long long)(h ? h->ndim : 0), (long long)(h ? h->shape[0] : 0));
         return none;
     }
     if (f->n_out == 0) {
@@ -380,7 +458,7 @@ lh_tensor lh_runner_output_rows(lh_fwd *f, const lh_tensor *h)
                            "that the logits tensor has rows before computing them)");
         return none;
     }
-    lh_tensor rows = take(f, f->n_out, h->shape[1]);
+    lh_tensor rows = take(f, f->n_out, h->shape[1], "output_rows");
     if (rows.data)
         kernel(f, lh_k_gather_rows(f->kctx, h, f->out_rows, f->n_out, &rows), "output rows");
     return usable(f) ? rows : none;
@@ -399,4 +477,59 @@ lh_tensor lh_runner_logits(lh_fwd *f)
         return none;
     }
     return lh_runner_view(f->r->dev, LH_DTYPE_F32, f->r->logits, 2, shape);
+}
+
+lh_status lh_runner_embed_positions(lh_fwd *f, const lh_weight *table, lh_tensor *out)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    if (!table || !out)
+        return lh_runner_fwd_fail(f, LH_E_USAGE, "embed_positions: NULL %s",
+                                  !table ? "table" : "out");
+    return kernel(f, lh_k_embedding_add(f->kctx, &table->t, f->step->positions,
+                                        f->step->n_tokens, out), "position embedding");
+}
+
+lh_status lh_runner_layernorm(lh_fwd *f, const lh_tensor *x, const lh_weight *w,
+                              const lh_weight *bias, float eps, lh_tensor *out)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    if (!x || !w || !out)
+        return lh_runner_fwd_fail(f, LH_E_USAGE, "layernorm: NULL argument");
+    lh_status st = lh_k_layernorm(f->kctx, x, &w->t, bias ? &bias->t : NULL, eps, out);
+    if (st == LH_OK)
+        return LH_OK;
+    return lh_runner_fwd_fail(f, st, "layernorm %s: %s", w->name, lh_k_last_error(f->kctx));
+}
+
+lh_status lh_runner_add(lh_fwd *f, lh_tensor *y, const lh_tensor *x)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    return kernel(f, lh_k_add(f->kctx, y, x), "add");
+}
+
+lh_status lh_runner_act(lh_fwd *f, lh_activation act, const lh_tensor *x, lh_tensor *out)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    switch (act) {
+    case LH_ACT_GELU_TANH:
+        return kernel(f, lh_k_gelu_tanh(f->kctx, x, out), "gelu_tanh");
+    case LH_ACT_GELU:
+        return kernel(f, lh_k_gelu(f->kctx, x, out), "gelu");
+    case LH_ACT_SILU:
+        break;
+    }
+    return lh_runner_fwd_fail(f, LH_E_UNSUPPORTED, "act: activation %d has no ungated kernel "
+                              "(LH_ACT_GELU_TANH 1 and LH_ACT_GELU 2 do; LH_ACT_SILU is gated "
+                              "only, act_mul)", (int)act);
+}
+
+lh_status lh_runner_softcap(lh_fwd *f, lh_tensor *x, float cap)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    return kernel(f, lh_k_softcap(f->kctx, x, cap), "softcap");
 }

@@ -70,6 +70,12 @@ struct lh_runner {
     /* device copies of the weights (CUDA or LLMHOST_COPY_WEIGHTS), freed with the runner */
     void **wbufs;
     int64_t n_wbufs;
+    /* host copies of transposed weights (add_linear_transposed), [out, in] */
+    void **tbufs;
+    int64_t n_tbufs;
+    /* row views the plugin's bind made (weight_rows), each allocated once */
+    lh_weight **views;
+    int64_t n_views;
     int64_t weight_bytes;
     /* CUDA graphs, one per decode batch size (index n_seqs - 1), created on first use */
     bool graphs;

@@ -180,7 +180,7 @@ static void step(lh_kctx *ctx, setup *s, int kind)
         if (kind == VANILLA) {
             lh_tensor tk = lh_tensor_cpu(LH_DTYPE_F32, s->kc[b], 3, ks);
             lh_tensor tv = lh_tensor_cpu(LH_DTYPE_F32, s->vc[b], 3, ks);
-            check(ctx, lh_k_attention(ctx, &q1, &tk, &tv, &s->pos[b], scale, 0, &o1),
+            check(ctx, lh_k_attention(ctx, &q1, &tk, &tv, &s->pos[b], scale, 0.0f, 0, &o1),
                   "lh_k_attention");
         } else {
             check(ctx, lh_k_paged_attention(ctx, &q1, &s->kv, s->tab_ptrs[b], s->nb, s->S,

@@ -1,4 +1,5 @@
-/* Element-wise and row-wise activations: SiLU-gated product, softmax, argmax. */
+/* Element-wise and row-wise activations: SiLU- and GELU-gated products, GELU (exact and tanh),
+ * scale, soft-capping, softmax, argmax. */
 #include "cpu_kernels.h"
 
 #include <math.h>
@@ -33,16 +34,29 @@ lh_status lh_cpu_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *
 #define GELU_K_BETA 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_K_KAPPA 0.044715f
 
+/* The one scalar gelu_tanh, shared by lh_k_gelu_tanh_mul and lh_k_gelu_tanh. */
+static inline float gelu_tanh_f(float x)
+{
+    const float inner = GELU_K_BETA * (x + GELU_K_KAPPA * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+/* Exact GELU as torch computes it for float32 (approximate="none"): x 0.5 (1 + erf(x / sqrt 2)),
+ * the argument formed as x * (1 / sqrt 2). */
+#define GELU_K_SQRT1_2 0.70710678118654752f
+
+static inline float gelu_erf_f(float x)
+{
+    return 0.5f * x * (1.0f + erff(x * GELU_K_SQRT1_2));
+}
+
 static void gelu_task(int64_t t, int tid, void *user)
 {
     (void)tid;
     const struct silu_job *j = user;
     int64_t s = t * ELEM_CHUNK, e = j->n - s < ELEM_CHUNK ? j->n : s + ELEM_CHUNK;
-    for (int64_t i = s; i < e; i++) {
-        const float x = j->g[i], u = j->u[i];
-        const float inner = GELU_K_BETA * (x + GELU_K_KAPPA * x * x * x);
-        j->out[i] = 0.5f * x * (1.0f + tanhf(inner)) * u;
-    }
+    for (int64_t i = s; i < e; i++)
+        j->out[i] = gelu_tanh_f(j->g[i]) * j->u[i];
 }
 
 lh_status lh_cpu_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
@@ -50,6 +64,56 @@ lh_status lh_cpu_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_ten
 {
     struct silu_job j = {ctx->ops, gate->data, up->data, out->data, lh_cpu_numel(gate)};
     lh_cpu_parallel(ctx, (j.n + ELEM_CHUNK - 1) / ELEM_CHUNK, gelu_task, &j);
+    return LH_OK;
+}
+
+/* gelu(gate) * up, exact gelu */
+static void gelu_erf_mul_task(int64_t t, int tid, void *user)
+{
+    (void)tid;
+    const struct silu_job *j = user;
+    int64_t s = t * ELEM_CHUNK, e = j->n - s < ELEM_CHUNK ? j->n : s + ELEM_CHUNK;
+    for (int64_t i = s; i < e; i++)
+        j->out[i] = gelu_erf_f(j->g[i]) * j->u[i];
+}
+
+lh_status lh_cpu_gelu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up, lh_tensor *out)
+{
+    struct silu_job j = {ctx->ops, gate->data, up->data, out->data, lh_cpu_numel(gate)};
+    lh_cpu_parallel(ctx, (j.n + ELEM_CHUNK - 1) / ELEM_CHUNK, gelu_erf_mul_task, &j);
+    return LH_OK;
+}
+
+/* The plain activations out = act(x) (out may be x); j->u unused. */
+static void gelu_erf_task(int64_t t, int tid, void *user)
+{
+    (void)tid;
+    const struct silu_job *j = user;
+    int64_t s = t * ELEM_CHUNK, e = j->n - s < ELEM_CHUNK ? j->n : s + ELEM_CHUNK;
+    for (int64_t i = s; i < e; i++)
+        j->out[i] = gelu_erf_f(j->g[i]);
+}
+
+static void gelu_tanh_task(int64_t t, int tid, void *user)
+{
+    (void)tid;
+    const struct silu_job *j = user;
+    int64_t s = t * ELEM_CHUNK, e = j->n - s < ELEM_CHUNK ? j->n : s + ELEM_CHUNK;
+    for (int64_t i = s; i < e; i++)
+        j->out[i] = gelu_tanh_f(j->g[i]);
+}
+
+lh_status lh_cpu_gelu(lh_kctx *ctx, const lh_tensor *x, lh_tensor *out)
+{
+    struct silu_job j = {ctx->ops, x->data, NULL, out->data, lh_cpu_numel(x)};
+    lh_cpu_parallel(ctx, (j.n + ELEM_CHUNK - 1) / ELEM_CHUNK, gelu_erf_task, &j);
+    return LH_OK;
+}
+
+lh_status lh_cpu_gelu_tanh(lh_kctx *ctx, const lh_tensor *x, lh_tensor *out)
+{
+    struct silu_job j = {ctx->ops, x->data, NULL, out->data, lh_cpu_numel(x)};
+    lh_cpu_parallel(ctx, (j.n + ELEM_CHUNK - 1) / ELEM_CHUNK, gelu_tanh_task, &j);
     return LH_OK;
 }
 
@@ -72,6 +136,24 @@ lh_status lh_cpu_scale(lh_kctx *ctx, lh_tensor *x, float s)
 {
     struct scale_job j = {ctx->ops, x->data, s, lh_cpu_numel(x)};
     lh_cpu_parallel(ctx, (j.n + ELEM_CHUNK - 1) / ELEM_CHUNK, scale_task, &j);
+    return LH_OK;
+}
+
+/* Soft-capping: x = cap * tanhf(x / cap) (an IEEE division, then tanhf, then one product). */
+static void softcap_task(int64_t t, int tid, void *user)
+{
+    (void)tid;
+    const struct scale_job *j = user;
+    int64_t s = t * ELEM_CHUNK, e = j->n - s < ELEM_CHUNK ? j->n : s + ELEM_CHUNK;
+    const float cap = j->s;
+    for (int64_t i = s; i < e; i++)
+        j->x[i] = cap * tanhf(j->x[i] / cap);
+}
+
+lh_status lh_cpu_softcap(lh_kctx *ctx, lh_tensor *x, float cap)
+{
+    struct scale_job j = {ctx->ops, x->data, cap, lh_cpu_numel(x)};
+    lh_cpu_parallel(ctx, (j.n + ELEM_CHUNK - 1) / ELEM_CHUNK, softcap_task, &j);
     return LH_OK;
 }
 

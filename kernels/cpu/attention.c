@@ -1,15 +1,26 @@
 /* Attention over a contiguous KV cache for one sequence, as HF eager attention computes it:
- * scores = (q . k) * scale over the visible cache positions, softmax in float32 (max-subtracted,
- * normalized), out = sum_p softmax_p * v_p. Masked positions contribute exactly zero in HF, so
- * they are skipped here. One task per (token, head); head h reads kv head h / (H / KVH). */
+ * scores = (q . k) * scale over the visible cache positions, soft-capped when softcap > 0
+ * (Gemma 2: scores = softcap * tanh(scores / softcap), before the mask), softmax in float32
+ * (max-subtracted, normalized), out = sum_p softmax_p * v_p. Masked positions contribute
+ * exactly zero in HF, so they are skipped here. One task per (token, head); head h reads kv
+ * head h / (H / KVH). */
 #include "cpu_kernels.h"
+
+#include <math.h>
+
+void lh_cpu_attn_softcap(float *x, int64_t n, float cap)
+{
+    /* the order of transformers' eager Gemma 2 attention: divide, tanh, multiply */
+    for (int64_t i = 0; i < n; i++)
+        x[i] = tanhf(x[i] / cap) * cap;
+}
 
 struct attn_job {
     const lh_cpu_ops *ops;
     const float *q, *k, *v;
     float *out;
     const int32_t *q_pos;
-    float scale;
+    float scale, softcap;
     int64_t window;
     int64_t H, KVH, D, Dv, group;
     float *scratch;
@@ -31,6 +42,8 @@ static void attn_task(int64_t idx, int tid, void *user)
     const float *kb = j->k + lo * kstride + kvh * j->D;
     for (int64_t p = 0; p < n; p++)
         sc[p] = j->ops->dot(qv, kb + p * kstride, j->D) * j->scale;
+    if (j->softcap > 0.0f)
+        lh_cpu_attn_softcap(sc, n, j->softcap);
     float m = j->ops->max(sc, n);
     float s = j->ops->exp_sub_sum(sc, m, n);
     j->ops->scale(sc, 1.0f / s, n);
@@ -42,7 +55,8 @@ static void attn_task(int64_t idx, int tid, void *user)
 }
 
 lh_status lh_cpu_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k, const lh_tensor *v,
-                           const int32_t *q_pos, float scale, int64_t sliding_window, lh_tensor *out)
+                           const int32_t *q_pos, float scale, float softcap,
+                           int64_t sliding_window, lh_tensor *out)
 {
     const int64_t T = q->shape[0], H = q->shape[1], S = k->shape[0];
     if (T == 0 || H == 0)
@@ -55,9 +69,9 @@ lh_status lh_cpu_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
     if (!scratch)
         return lh_kerr(ctx, LH_E_NOMEM, "lh_k_attention: out of memory (%lld scores per thread)",
                        (long long)S);
-    struct attn_job j = {ctx->ops, q->data, k->data, v->data, out->data, q_pos, scale, sliding_window,
-                         H, k->shape[1], q->shape[2], v->shape[2], H / k->shape[1], scratch,
-                         lh_cpu_scratch_stride(ctx)};
+    struct attn_job j = {ctx->ops, q->data, k->data, v->data, out->data, q_pos, scale, softcap,
+                         sliding_window, H, k->shape[1], q->shape[2], v->shape[2],
+                         H / k->shape[1], scratch, lh_cpu_scratch_stride(ctx)};
     lh_cpu_parallel(ctx, T * H, attn_task, &j);
     return LH_OK;
 }
@@ -71,7 +85,7 @@ struct attn_pos_job {
     const float *q, *k, *v;
     float *out;
     const int32_t *q_pos, *k_pos;
-    float scale;
+    float scale, softcap;
     int64_t window, sinks;
     int64_t S, H, KVH, D, Dv, group;
     float *scratch;
@@ -102,6 +116,8 @@ static void attn_pos_task(int64_t idx, int tid, void *user)
     memset(o, 0, (size_t)j->Dv * sizeof(float));
     if (n == 0)
         return;
+    if (j->softcap > 0.0f)
+        lh_cpu_attn_softcap(sc, n, j->softcap);
     float m = j->ops->max(sc, n);
     float sum = j->ops->exp_sub_sum(sc, m, n);
     j->ops->scale(sc, 1.0f / sum, n);
@@ -113,8 +129,8 @@ static void attn_pos_task(int64_t idx, int tid, void *user)
 
 lh_status lh_cpu_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
                                      const lh_tensor *v, const int32_t *q_pos,
-                                     const int32_t *k_pos, float scale, int64_t sliding_window,
-                                     int64_t n_sinks, lh_tensor *out)
+                                     const int32_t *k_pos, float scale, float softcap,
+                                     int64_t sliding_window, int64_t n_sinks, lh_tensor *out)
 {
     const int64_t T = q->shape[0], H = q->shape[1], S = k->shape[0];
     if (T == 0 || H == 0 || v->shape[2] == 0)
@@ -125,7 +141,7 @@ lh_status lh_cpu_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_
                        "lh_k_attention_positions: out of memory (%lld scores per thread)",
                        (long long)S);
     struct attn_pos_job j = {ctx->ops, q->data, k->data, v->data, out->data, q_pos, k_pos, scale,
-                             sliding_window, n_sinks, S, H, k->shape[1], q->shape[2],
+                             softcap, sliding_window, n_sinks, S, H, k->shape[1], q->shape[2],
                              v->shape[2], H / k->shape[1], scratch, lh_cpu_scratch_stride(ctx)};
     lh_cpu_parallel(ctx, T * H, attn_pos_task, &j);
     return LH_OK;

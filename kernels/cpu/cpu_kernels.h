@@ -251,18 +251,34 @@ lh_status lh_cpu_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *
 lh_status lh_cpu_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
                                lh_tensor *out);
 lh_status lh_cpu_scale(lh_kctx *ctx, lh_tensor *x, float s);
+/* b may be NULL (norm.c) */
+lh_status lh_cpu_layernorm(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
+                           const lh_tensor *b, float eps, lh_tensor *out);
+/* activation.c */
+lh_status lh_cpu_gelu(lh_kctx *ctx, const lh_tensor *x, lh_tensor *out);
+lh_status lh_cpu_gelu_tanh(lh_kctx *ctx, const lh_tensor *x, lh_tensor *out);
+lh_status lh_cpu_gelu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up, lh_tensor *out);
+lh_status lh_cpu_softcap(lh_kctx *ctx, lh_tensor *x, float cap);
+/* nn_ops.c */
+lh_status lh_cpu_add(lh_kctx *ctx, lh_tensor *y, const lh_tensor *x);
+lh_status lh_cpu_embedding_add(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids,
+                               int64_t n, lh_tensor *out);
 lh_status lh_cpu_softmax(lh_kctx *ctx, lh_tensor *x);
 lh_status lh_cpu_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out);
 lh_status lh_cpu_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst);
 lh_status lh_cpu_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x,
                             const int32_t *positions, int64_t seq_len);
 lh_status lh_cpu_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k, const lh_tensor *v,
-                           const int32_t *q_pos, float scale, int64_t sliding_window,
-                           lh_tensor *out);
+                           const int32_t *q_pos, float scale, float softcap,
+                           int64_t sliding_window, lh_tensor *out);
 lh_status lh_cpu_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
                                      const lh_tensor *v, const int32_t *q_pos,
-                                     const int32_t *k_pos, float scale, int64_t sliding_window,
-                                     int64_t n_sinks, lh_tensor *out);
+                                     const int32_t *k_pos, float scale, float softcap,
+                                     int64_t sliding_window, int64_t n_sinks, lh_tensor *out);
+/* Attention-logit soft-capping of n scores in place, x = cap * tanh(x / cap) (cap > 0): the
+ * one definition every CPU attention path uses (attention.c), so that the contiguous and the
+ * paged kernels stay bit-identical. */
+void lh_cpu_attn_softcap(float *x, int64_t n, float cap);
 
 /* inv_freq for "dynamic" scaling at seq_len (> max_position_embeddings), as HF's forward-time
  * update computes it (rope.c). */
@@ -272,7 +288,8 @@ void lh_cpu_rope_dynamic_inv_freq(const lh_rope *rope, int64_t seq_len, float *i
  * that they rotate bit for bit as it does (rope.c):
  *  - lh_cpu_rope_is_dynamic: whether the table's frequencies depend on seq_len there (dynamic
  *    scaling and seq_len > max_position_embeddings);
- *  - lh_cpu_rope_inv: the frequencies for seq_len: rope->inv_freq, or (dynamic) computed into
+ *  - lh_cpu_rope_inv: the frequencies for seq_len: rope->inv_freq, rope->inv_freq_long
+ *    (longrope, seq_len beyond the original maximum), or (dynamic) computed into
  *    buf [rotary_dim / 2];
  *  - lh_cpu_rope_cos_sin: cos and sin [rotary_dim / 2] at position pos;
  *  - lh_cpu_rope_heads: rotates the first rotary_dim dims of each of the n_heads heads (D

@@ -21,11 +21,12 @@
  *    thread count or on the other sequences of the batch.
  * Within an item every (token, head) is computed exactly as lh_k_attention computes it: the
  * scores of its visible positions in this partition, contiguous and in position order, each
- * dot(q, k) * scale; max; exp-sum; normalize; out = sum_p w_p v_p in position order from zero
- * (dot_rows / axpy_rows: the arithmetic of dot / axpy, several rows per call). With one
- * partition that is the result; with several, each partition's (max m_i, sum s_i, normalized
- * output o_i) is kept and merged: out = sum_i (s_i e^(m_i - M) / S) o_i with M = max_i m_i and
- * S = sum_i s_i e^(m_i - M), partitions with nothing visible skipped. The merge of a (tile,
+ * dot(q, k) * scale, soft-capped by lh_cpu_attn_softcap when params->softcap > 0 (the same
+ * function lh_k_attention uses); max; exp-sum; normalize; out = sum_p w_p v_p in position
+ * order from zero (dot_rows / axpy_rows: the arithmetic of dot / axpy, several rows per
+ * call). With one partition that is the result; with several, each partition's (max m_i,
+ * sum s_i, normalized output o_i) is kept and merged: out = sum_i (s_i e^(m_i - M) / S) o_i
+ * with M = max_i m_i and S = sum_i s_i e^(m_i - M), partitions with nothing visible skipped. The merge of a (tile,
  * head range) is done by whichever of its partition items finishes last (an atomic count),
  * so a decode step is one dispatch; the merge's arithmetic does not depend on who runs it.
  * Working memory (plans, partials, counts, rotated q) lives in the context's arena and
@@ -41,7 +42,9 @@
  * to the lower block, NaN bounds last, by a heap of top_k), then computes every partition
  * exactly as the dense path does, restricted to the chosen blocks, and merges the partials
  * as the dense path does. So when the choice covers every visible block the result is the
- * dense one, bit for bit. */
+ * dense one, bit for bit. With soft-capping the bound stays one of the raw q.k: the cap is
+ * increasing, so it ranks the blocks as a capped bound would (up to ties the cap's rounding
+ * makes), and the capped scores are what the softmax of the chosen blocks sees. */
 #include "paged_kernels.h"
 
 #include <math.h>
@@ -445,6 +448,8 @@ static void pa_part(const pa_job *j, const pa_seq *sq, const pa_span *sp, int64_
                     }
                     continue;
                 }
+                if (j->prm->softcap > 0.0f)
+                    lh_cpu_attn_softcap(srow, n, j->prm->softcap);
                 float m = ops->max(srow, n);
                 float s = ops->exp_sub_sum(srow, m, n);
                 ops->scale(srow, 1.0f / s, n);
@@ -629,9 +634,9 @@ lh_status lh_cpu_paged_attention(lh_kctx *ctx, const char *fn, const lh_tensor *
         rrow += sq->T;
         if (prm->rope) {
             sq->q = j.q_rot + sq->row0 * H * D;
-            sq->inv = prm->rope->inv_freq;
-            if (rope_dyn && lh_cpu_rope_is_dynamic(prm->rope, sq->S))
-                sq->inv = lh_cpu_rope_inv(prm->rope, sq->S, dyn + (a - 1) * half);
+            /* the table for seq_len ctx_len (dynamic: computed into dyn; longrope: short
+             * or long) */
+            sq->inv = lh_cpu_rope_inv(prm->rope, sq->S, rope_dyn ? dyn + (a - 1) * half : NULL);
         } else {
             sq->q = (const float *)q->data + sq->row0 * H * D;
         }

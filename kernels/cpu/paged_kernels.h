@@ -37,6 +37,7 @@ typedef struct lh_cpu_attn_params {
     int64_t window, chunk, n_splits;
     const lh_rope *rope;
     int64_t top_k, local; /* local >= 1: sparse block selection */
+    float softcap;        /* > 0: scores = softcap * tanh(scores / softcap); 0: none */
 } lh_cpu_attn_params;
 
 /* fn names the public entry point in messages (out of memory). */

@@ -1,6 +1,6 @@
 /* Rotary position embedding exactly as Hugging Face transformers computes it
- * (modeling_rope_utils.py: _compute_default/_linear_scaling/_dynamic_ntk/_llama3/_yarn
- * parameters; LlamaRotaryEmbedding.forward; apply_rotary_pos_emb with rotate_half).
+ * (modeling_rope_utils.py: _compute_default/_linear_scaling/_dynamic_ntk/_llama3/_yarn/
+ * _longrope parameters; LlamaRotaryEmbedding.forward; apply_rotary_pos_emb with rotate_half).
  *
  * transformers builds inv_freq as a float32 tensor, so every step below that torch performs on
  * float32 tensors is done here in float (each operation rounded to float32, python scalars
@@ -15,6 +15,11 @@
  *   yarn      blend of inv/factor and inv by a linear ramp between the correction dims of
  *             beta_fast/beta_slow (floor/ceil, "truncate" = true, the HF default); attention
  *             factor from get_mscale(factor[, mscale]) / get_mscale(factor, mscale_all_dim)
+ *   longrope  inv[i] = 1 / (ext[i] * base^(2i/d)) with ext = short_factor (inv_freq) or
+ *             long_factor (inv_freq_long), each factor rounded to float32; attention factor
+ *             in double: attention_factor, else sqrt(1 + ln(factor) / ln(original)) (1 when
+ *             factor <= 1), factor defaulting to max_position_embeddings / original. At apply
+ *             time the long table serves seq_len > original (longrope_frequency_update)
  * At apply time: freqs = float(pos) * inv (float32), cos/sin of that (float32 results), times
  * attention_scaling; q' = q * cos + rotate_half(q) * sin without fused multiply-adds. */
 #include "cpu_kernels.h"
@@ -22,7 +27,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-static const char *const supported_kinds = "default, linear, dynamic, llama3, yarn";
+static const char *const supported_kinds = "default, linear, dynamic, llama3, yarn, longrope";
 
 /* base ** (i2 / dim) as torch evaluates `base ** (arange(0, dim, 2).float() / dim)`: the
  * exponent is a float32 quotient, the power of float32 operands is rounded to float32. */
@@ -82,6 +87,33 @@ static double yarn_get_mscale(double scale, double mscale)
 static double yarn_correction_dim(double num_rotations, int64_t dim, double base, double max_pos)
 {
     return ((double)dim * log(max_pos / (num_rotations * 2.0 * M_PI))) / (2.0 * log(base));
+}
+
+/* The length longrope switches tables at: original_max_position_embeddings, or
+ * max_position_embeddings when the scaling does not give it (transformers' default). */
+static int64_t longrope_original(const lh_rope_scaling *sc, int64_t max_pos)
+{
+    return sc->original_max_position_embeddings > 0 ? sc->original_max_position_embeddings
+                                                    : max_pos;
+}
+
+/* 1.0 / (ext_factors * base ** (arange(0, dim, 2).float() / dim)), all float32 tensors */
+static void longrope_inv_freq(float base, int64_t dim, const double *ext, float *inv)
+{
+    for (int64_t i = 0; i < dim / 2; i++)
+        inv[i] = 1.0f / ((float)ext[i] * pow_f32(base, 2 * i, dim));
+}
+
+/* The attention factor, on python floats. */
+static double longrope_attention(const lh_rope_scaling *sc, int64_t max_pos)
+{
+    if (sc->attention_factor > 0)
+        return sc->attention_factor;
+    const double orig = (double)longrope_original(sc, max_pos);
+    const double factor = sc->factor > 0 ? sc->factor : (double)max_pos / orig;
+    if (factor <= 1.0)
+        return 1.0;
+    return sqrt(1.0 + log(factor) / log(orig));
 }
 
 /* Returns the attention factor. */
@@ -157,6 +189,8 @@ LH_EXPORT lh_status lh_k_rope_init(lh_rope *rope, int64_t rotary_dim, double the
         canon = "llama3";
     else if (!strcmp(kind, "yarn"))
         canon = "yarn";
+    else if (!strcmp(kind, "longrope"))
+        canon = "longrope";
     else
         return lh_kerr(NULL, LH_E_UNSUPPORTED,
                        "lh_k_rope_init: rope_scaling kind '%s' is not supported (supported: %s)",
@@ -167,8 +201,19 @@ LH_EXPORT lh_status lh_k_rope_init(lh_rope *rope, int64_t rotary_dim, double the
     if (scaling)
         sc = *scaling;
     sc.kind = canon; /* a static string: the caller's may not outlive the table */
+    /* the factor arrays are copied below, for the same reason */
+    if (sc.n_factors < 0 || sc.n_factors > (1 << 20) ||
+        (sc.n_factors > 0 && (!sc.short_factor || !sc.long_factor)))
+        return lh_kerr(NULL, LH_E_USAGE,
+                       "lh_k_rope_init: rope_scaling has n_factors %lld with short_factor %s and "
+                       "long_factor %s (n_factors in [0, 2^20], both arrays set when > 0)",
+                       (long long)sc.n_factors, sc.short_factor ? "set" : "NULL",
+                       sc.long_factor ? "set" : "NULL");
+    if (sc.n_factors == 0)
+        sc.short_factor = sc.long_factor = NULL;
 
-    const bool needs_factor = strcmp(canon, "default") != 0 && strcmp(canon, "yarn") != 0;
+    const bool needs_factor = strcmp(canon, "default") != 0 && strcmp(canon, "yarn") != 0 &&
+                              strcmp(canon, "longrope") != 0;
     if (needs_factor && (!(sc.factor > 0) || !isfinite(sc.factor)))
         return lh_kerr(NULL, LH_E_USAGE, "lh_k_rope_init: rope_scaling '%s' needs factor > 0 (got %g)",
                        canon, sc.factor);
@@ -203,11 +248,68 @@ LH_EXPORT lh_status lh_k_rope_init(lh_rope *rope, int64_t rotary_dim, double the
                            sc.factor, sc.beta_fast, sc.beta_slow, sc.attention_factor);
     }
 
+    const bool longrope = !strcmp(canon, "longrope");
+    if (longrope) {
+        if (!sc.short_factor || !sc.long_factor || sc.n_factors != rotary_dim / 2)
+            return lh_kerr(NULL, LH_E_USAGE,
+                           "lh_k_rope_init: rope_scaling 'longrope' needs short_factor and "
+                           "long_factor of n_factors = rotary_dim / 2 entries each (n_factors "
+                           "%lld, rotary_dim %lld, short_factor %s, long_factor %s)",
+                           (long long)sc.n_factors, (long long)rotary_dim,
+                           sc.short_factor ? "set" : "NULL", sc.long_factor ? "set" : "NULL");
+        for (int64_t i = 0; i < sc.n_factors; i++)
+            if (!(sc.short_factor[i] > 0) || !isfinite(sc.short_factor[i]) ||
+                !(sc.long_factor[i] > 0) || !isfinite(sc.long_factor[i]))
+                return lh_kerr(NULL, LH_E_USAGE,
+                               "lh_k_rope_init: rope_scaling 'longrope': short_factor[%lld] = %g "
+                               "and long_factor[%lld] = %g must be finite and > 0",
+                               (long long)i, sc.short_factor[i], (long long)i,
+                               sc.long_factor[i]);
+        const int64_t orig = longrope_original(&sc, max_position_embeddings);
+        if (orig <= 0)
+            return lh_kerr(NULL, LH_E_USAGE,
+                           "lh_k_rope_init: rope_scaling 'longrope' needs "
+                           "original_max_position_embeddings or max_position_embeddings");
+        if (!isfinite(sc.factor) || sc.factor < 0 || !isfinite(sc.attention_factor) ||
+            sc.attention_factor < 0)
+            return lh_kerr(NULL, LH_E_USAGE,
+                           "lh_k_rope_init: rope_scaling 'longrope' has a negative or non-finite "
+                           "parameter (factor %g, attention_factor %g)",
+                           sc.factor, sc.attention_factor);
+        const double att = longrope_attention(&sc, max_position_embeddings);
+        if (!isfinite(att))
+            return lh_kerr(NULL, LH_E_USAGE,
+                           "lh_k_rope_init: rope_scaling 'longrope': the attention factor "
+                           "sqrt(1 + ln(factor) / ln(original_max_position_embeddings)) is not "
+                           "finite (original_max_position_embeddings %lld); give "
+                           "attention_factor",
+                           (long long)orig);
+    }
+
     float *inv = malloc((size_t)(rotary_dim / 2) * sizeof(float));
-    if (!inv)
+    float *inv_long = longrope ? malloc((size_t)(rotary_dim / 2) * sizeof(float)) : NULL;
+    double *factors =
+        sc.n_factors > 0 ? malloc((size_t)(2 * sc.n_factors) * sizeof(double)) : NULL;
+    if (!inv || (longrope && !inv_long) || (sc.n_factors > 0 && !factors)) {
+        free(inv);
+        free(inv_long);
+        free(factors);
         return lh_kerr(NULL, LH_E_NOMEM, "lh_k_rope_init: out of memory");
+    }
+    if (factors) {
+        memcpy(factors, sc.short_factor, (size_t)sc.n_factors * sizeof(double));
+        memcpy(factors + sc.n_factors, sc.long_factor, (size_t)sc.n_factors * sizeof(double));
+        sc.short_factor = factors;
+        sc.long_factor = factors + sc.n_factors;
+    }
     double att = 1.0;
-    if (!strcmp(canon, "yarn")) {
+    if (longrope) {
+        /* the short table at init (seq_len None), the long one as HF computes it on first use
+         * (seq_len = original + 1) */
+        longrope_inv_freq((float)theta, rotary_dim, sc.short_factor, inv);
+        longrope_inv_freq((float)theta, rotary_dim, sc.long_factor, inv_long);
+        att = longrope_attention(&sc, max_position_embeddings);
+    } else if (!strcmp(canon, "yarn")) {
         att = yarn_inv_freq(&sc, theta, rotary_dim, max_position_embeddings, inv);
     } else {
         /* dynamic at init: seq_len = max_position_embeddings, so base = theta */
@@ -226,6 +328,8 @@ LH_EXPORT lh_status lh_k_rope_init(lh_rope *rope, int64_t rotary_dim, double the
     rope->max_position_embeddings = max_position_embeddings;
     rope->attention_scaling = (float)att;
     rope->inv_freq = inv;
+    rope->inv_freq_long = inv_long;
+    rope->factors = factors;
     return LH_OK;
 }
 
@@ -234,7 +338,12 @@ LH_EXPORT void lh_k_rope_free(lh_rope *rope)
     if (!rope)
         return;
     free(rope->inv_freq);
-    rope->inv_freq = NULL;
+    free(rope->inv_freq_long);
+    free(rope->factors);
+    rope->inv_freq = rope->inv_freq_long = NULL;
+    rope->factors = NULL;
+    rope->scaling.short_factor = rope->scaling.long_factor = NULL;
+    rope->scaling.n_factors = 0;
 }
 
 /* ---- apply ------------------------------------------------------------------------------ */
@@ -247,6 +356,11 @@ bool lh_cpu_rope_is_dynamic(const lh_rope *rope, int64_t seq_len)
 
 const float *lh_cpu_rope_inv(const lh_rope *rope, int64_t seq_len, float *buf)
 {
+    /* longrope: HF's longrope_frequency_update (seq_len > original: the long factors) */
+    if (rope->inv_freq_long)
+        return seq_len > longrope_original(&rope->scaling, rope->max_position_embeddings)
+                   ? rope->inv_freq_long
+                   : rope->inv_freq;
     if (!lh_cpu_rope_is_dynamic(rope, seq_len))
         return rope->inv_freq;
     lh_cpu_rope_dynamic_inv_freq(rope, seq_len, buf);

@@ -2,8 +2,9 @@
  * `vanilla` backend on the GPU and the twin of kernels/cpu/attention.c (lh_cpu_attention):
  *   q [T, H, D], k [S, KVH, D], v [S, KVH, Dv], out [T, H, Dv], all f32; query head h reads
  *   kv head h / (H / KVH); token t sees cache positions p with p <= q_pos[t] and, for
- *   sliding_window > 0, p > q_pos[t] - sliding_window; scores (q . k) * scale in f32, a
- *   max-subtracted softmax, and the softmax-weighted sum of v.
+ *   sliding_window > 0, p > q_pos[t] - sliding_window; scores (q . k) * scale in f32,
+ *   soft-capped when softcap > 0 (softcap * tanh(score / softcap), Gemma 2), a max-subtracted
+ *   softmax, and the softmax-weighted sum of v.
  *
  * It is the GPU's reference, so it is written for clarity: one block of AT_THREADS threads per
  * (token, head), keys visited in chunks of AT_CHUNK with an online softmax (running max m,
@@ -43,6 +44,7 @@ struct attn_args {
     int64_t window; /* > 0: sliding window */
     int64_t sinks;  /* k_pos only: positions below it are always visible */
     float scale;
+    float softcap; /* > 0: scores = softcap * tanh(scores / softcap) */
     int ring;
 };
 
@@ -108,8 +110,12 @@ static __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const attn
                 const int j = warp + jj * AT_WARPS;
                 if (j < nk) {
                     const float dot = vis[jj] ? lh_cu_warp_sum(s[jj]) : 0.0f;
-                    if (lane == 0)
-                        sc[j] = vis[jj] ? dot * a.scale : -INFINITY;
+                    if (lane == 0) {
+                        float sv = dot * a.scale;
+                        if (a.softcap > 0.0f) /* as lh_cpu_attn_softcap: divide, tanh, multiply */
+                            sv = tanhf(sv / a.softcap) * a.softcap;
+                        sc[j] = vis[jj] ? sv : -INFINITY;
+                    }
                 }
             }
             __syncthreads();
@@ -158,8 +164,8 @@ static __global__ void __launch_bounds__(AT_THREADS) attention_kernel(const attn
 /* Both entry points: ring false is the contiguous cache (k_pos unused). */
 static lh_status attend(lh_kctx *ctx, const char *fn, bool ring, const lh_tensor *q,
                         const lh_tensor *k, const lh_tensor *v, const int32_t *q_pos,
-                        const int32_t *k_pos, float scale, int64_t sliding_window,
-                        int64_t n_sinks, lh_tensor *out)
+                        const int32_t *k_pos, float scale, float softcap,
+                        int64_t sliding_window, int64_t n_sinks, lh_tensor *out)
 {
     const int64_t T = q->shape[0], H = q->shape[1], D = q->shape[2];
     const int64_t S = k->shape[0], KVH = k->shape[1], Dv = v->shape[2];
@@ -199,6 +205,7 @@ static lh_status attend(lh_kctx *ctx, const char *fn, bool ring, const lh_tensor
     a.window = sliding_window;
     a.sinks = n_sinks;
     a.scale = scale;
+    a.softcap = softcap;
     a.ring = ring;
     if (ring && S == 0) { /* no slots: every query sees nothing and gets zeros, as on the CPU */
         struct {
@@ -215,11 +222,11 @@ static lh_status attend(lh_kctx *ctx, const char *fn, bool ring, const lh_tensor
 }
 
 lh_status lh_cuda_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
-                            const lh_tensor *v, const int32_t *q_pos, float scale,
+                            const lh_tensor *v, const int32_t *q_pos, float scale, float softcap,
                             int64_t sliding_window, lh_tensor *out)
 {
-    return attend(ctx, "lh_k_attention", false, q, k, v, q_pos, NULL, scale, sliding_window, 0,
-                  out);
+    return attend(ctx, "lh_k_attention", false, q, k, v, q_pos, NULL, scale, softcap,
+                  sliding_window, 0, out);
 }
 
 /* The twin of lh_cpu_attention_positions: every slot is visited, a key whose position the
@@ -227,9 +234,9 @@ lh_status lh_cuda_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k
  * exactly 0, and a query that sees no key writes zeros. */
 lh_status lh_cuda_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
                                       const lh_tensor *v, const int32_t *q_pos,
-                                      const int32_t *k_pos, float scale, int64_t sliding_window,
-                                      int64_t n_sinks, lh_tensor *out)
+                                      const int32_t *k_pos, float scale, float softcap,
+                                      int64_t sliding_window, int64_t n_sinks, lh_tensor *out)
 {
-    return attend(ctx, "lh_k_attention_positions", true, q, k, v, q_pos, k_pos, scale,
+    return attend(ctx, "lh_k_attention_positions", true, q, k, v, q_pos, k_pos, scale, softcap,
                   sliding_window, n_sinks, out);
 }

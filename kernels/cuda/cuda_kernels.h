@@ -61,7 +61,7 @@ void lh_cuda_graph_abort(lh_kctx *ctx, lh_k_graph *g);
 void lh_cuda_graph_counts(const lh_k_graph *g, int64_t *captures, int64_t *replays);
 void lh_cuda_graph_free(lh_k_graph *g);
 
-/* ---- dense kernels (cuda/matmul.cu, cuda/elementwise.cu, cuda/attention.cu) ---------------- */
+/* ---- dense kernels (cuda/matmul.cu, cuda/elementwise.cu, cuda/nn_ops.cu, cuda/attention.cu) - */
 
 lh_status lh_cuda_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
                          const lh_tensor *bias, lh_tensor *y);
@@ -75,6 +75,18 @@ lh_status lh_cuda_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor 
 lh_status lh_cuda_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
                                 lh_tensor *out);
 lh_status lh_cuda_scale(lh_kctx *ctx, lh_tensor *x, float s);
+/* cuda/nn_ops.cu: LayerNorm (b may be NULL), GELU exact / tanh, exact-GELU-gated product,
+ * soft-capping, residual add, additive embedding lookup (ids host memory, staged) */
+lh_status lh_cuda_layernorm(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
+                            const lh_tensor *b, float eps, lh_tensor *out);
+lh_status lh_cuda_gelu(lh_kctx *ctx, const lh_tensor *x, lh_tensor *out);
+lh_status lh_cuda_gelu_tanh(lh_kctx *ctx, const lh_tensor *x, lh_tensor *out);
+lh_status lh_cuda_gelu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
+                           lh_tensor *out);
+lh_status lh_cuda_softcap(lh_kctx *ctx, lh_tensor *x, float cap);
+lh_status lh_cuda_add(lh_kctx *ctx, lh_tensor *y, const lh_tensor *x);
+lh_status lh_cuda_embedding_add(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids,
+                                int64_t n, lh_tensor *out);
 lh_status lh_cuda_softmax(lh_kctx *ctx, lh_tensor *x);
 /* out: host memory, one id per row (waits for the result) */
 lh_status lh_cuda_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out);
@@ -82,12 +94,12 @@ lh_status lh_cuda_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst);
 lh_status lh_cuda_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x,
                              const int32_t *positions, int64_t seq_len);
 lh_status lh_cuda_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
-                            const lh_tensor *v, const int32_t *q_pos, float scale,
+                            const lh_tensor *v, const int32_t *q_pos, float scale, float softcap,
                             int64_t sliding_window, lh_tensor *out);
 lh_status lh_cuda_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,
                                       const lh_tensor *v, const int32_t *q_pos,
-                                      const int32_t *k_pos, float scale, int64_t sliding_window,
-                                      int64_t n_sinks, lh_tensor *out);
+                                      const int32_t *k_pos, float scale, float softcap,
+                                      int64_t sliding_window, int64_t n_sinks, lh_tensor *out);
 /* dst rows i = src rows rows[i] (f32 [*, D] both; rows host memory, checked by the caller) */
 lh_status lh_cuda_gather_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *rows,
                               int64_t n, lh_tensor *dst);

@@ -524,7 +524,8 @@ lh_status lh_cuda_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x,
     if (T == 0 || H == 0 || half == 0)
         return LH_OK;
     /* Positions and frequencies travel in one staged block (one host buffer): the frequencies
-     * of dynamic scaling are computed here on the host from seq_len, by the CPU's code. */
+     * for seq_len (dynamic: computed; longrope: the short or the long table) are chosen here
+     * on the host, by the CPU's code. */
     const size_t pos_bytes = (size_t)T * sizeof(int32_t), inv_bytes = (size_t)half * sizeof(float);
     unsigned char *host = (unsigned char *)malloc(pos_bytes + inv_bytes);
     if (!host)

@@ -30,7 +30,10 @@
  *    online softmax runs over them (a warp owns a query row: its lanes are the tile's keys for
  *    the scores and the head dimensions for the weighted sum).
  * params->n_splits (the CPU's partitioning knob) is not used: the GPU picks its partitions from
- * the launch shape, and the results agree up to float rounding either way. */
+ * the launch shape, and the results agree up to float rounding either way.
+ * params->softcap > 0 soft-caps every score (pa_softcap, as the CPU's lh_cpu_attn_softcap)
+ * before the online softmax in both attention kernels; sparse selection ranks by the raw
+ * bound, as on the CPU. */
 #include "lh_kernels.h"
 
 /* cpu_kernels.h declares these without a C linkage block; declaring them extern "C" first
@@ -71,6 +74,7 @@ typedef struct pa_args {
     int64_t block_elems, tok_stride, head_stride;
     int bs, kvh, H, G, D;
     float scale;
+    float softcap; /* > 0: scores = softcap * tanh(scores / softcap) */
     int64_t window, chunk, local, top_k;
     int sparse;
     /* staged */
@@ -89,6 +93,12 @@ typedef struct pa_args {
     /* prefill */
     int BQ;
 } pa_args;
+
+/* a score (q.k * scale) soft-capped as lh_cpu_attn_softcap does: divide, tanh, multiply */
+static __device__ __forceinline__ float pa_softcap(const pa_args &a, float x)
+{
+    return a.softcap > 0.0f ? tanhf(x / a.softcap) * a.softcap : x;
+}
 
 /* first visible position for a query at pos (causal: the last is pos itself) */
 static __device__ __forceinline__ int64_t pa_lo(const pa_args &a, int64_t pos)
@@ -343,7 +353,8 @@ static __global__ void __launch_bounds__(PA_THREADS) pa_decode_kernel(const pa_a
                     break;
                 const float dot = lh_cu_warp_sum(part[hh]);
                 if (lane == 0)
-                    sc[hh][j] = (!a.sparse || flags[hh][bl]) ? dot * a.scale : -INFINITY;
+                    sc[hh][j] =
+                        (!a.sparse || flags[hh][bl]) ? pa_softcap(a, dot * a.scale) : -INFINITY;
             }
         }
         __syncthreads();
@@ -545,7 +556,7 @@ static __global__ void __launch_bounds__(PA_THREADS) pa_prefill_kernel(const pa_
                 float dot = 0.0f;
                 for (int d = 0; d < D; d++)
                     dot += qi[d] * kj[d];
-                sv = dot * a.scale;
+                sv = pa_softcap(a, dot * a.scale);
             }
             const float mnew = fmaxf(M[ri], pa_warp_max(sv));
             float al = 1.0f, e = 0.0f;
@@ -795,6 +806,7 @@ extern "C" lh_status lh_cuda_paged_attention(lh_kctx *ctx, const char *fn, const
     a.G = (int)G;
     a.D = (int)D;
     a.scale = prm->scale;
+    a.softcap = prm->softcap;
     a.window = prm->window;
     a.chunk = prm->chunk;
     a.local = prm->local;

@@ -6,9 +6,9 @@
  * Per step, for the whole packed batch at once: lh_k_paged_kv_write_batch stores the new keys
  * (rotated on the way in when RoPE is fused) and values, and maintains the per-block key
  * summaries sparse selection reads; lh_k_paged_attention_batch then attends — causal, GQA,
- * sliding window, chunked (Llama 4), sparse top-k block selection, decode contexts split into
- * partitions that run in parallel and merge exactly (flash-decoding) — in one thread-pool
- * job for all sequences. */
+ * sliding window, chunked (Llama 4), logit soft-capping (Gemma 2), sparse top-k block
+ * selection, decode contexts split into partitions that run in parallel and merge exactly
+ * (flash-decoding) — in one thread-pool job for all sequences. */
 #include "paged.h"
 
 #include "lh_kernels.h"
@@ -32,18 +32,18 @@ static void destroy(lh_attn_layer *l)
     free(l);
 }
 
-static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *err, size_t n)
+static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, lh_error *err)
 {
     *out = NULL;
     /* everything this backend reads is in the ABI 2 geometry */
     if (g->struct_size < offsetof(lh_attn_geometry, fused_rope) + sizeof g->fused_rope)
-        return lh_attn_fail(err, n, LH_E_USAGE, "paged: the host's attention geometry (%u bytes) "
+        return lh_error_set(err, LH_E_USAGE, "paged: the host's attention geometry (%u bytes) "
                             "predates the paged KV cache contract", g->struct_size);
     if (g->num_heads <= 0 || g->num_kv_heads <= 0 || g->head_dim <= 0 ||
         g->num_heads % g->num_kv_heads != 0 || g->max_seq_len <= 0 || g->max_seqs <= 0 ||
         g->attention_chunk_size < 0 || g->sparse_top_k < 0 || g->sparse_local_blocks < 0 ||
         (g->sparse_top_k > 0 && g->sparse_local_blocks < 1))
-        return lh_attn_fail(err, n, LH_E_USAGE,
+        return lh_error_set(err, LH_E_USAGE,
                             "paged: layer %lld: invalid geometry (heads %lld, kv heads %lld, "
                             "head_dim %lld, max_seq_len %lld, max_seqs %lld, chunk %lld, sparse "
                             "top_k %lld / local %lld)",
@@ -57,29 +57,31 @@ static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *er
         l->kv_len = calloc((size_t)g->max_seqs, sizeof *l->kv_len);
     if (!l || !l->kv_len) {
         destroy(l);
-        return lh_attn_fail(err, n, LH_E_NOMEM, "paged: out of memory creating layer %lld",
+        return lh_error_set(err, LH_E_NOMEM, "paged: out of memory creating layer %lld",
                             (long long)g->layer_index);
     }
     l->g = *g;
+    if (g->struct_size < offsetof(lh_attn_geometry, logit_softcap) + sizeof g->logit_softcap)
+        l->g.logit_softcap = 0.0f; /* a geometry without the field asks for no cap */
     *out = l;
     return LH_OK;
 }
 
-static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, char *err, size_t n)
+static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, lh_error *err)
 {
     if (step->struct_size < offsetof(lh_attn_step, n_blocks) + sizeof step->n_blocks ||
         !step->block_tables || !step->n_blocks)
-        return lh_attn_fail(err, n, LH_E_USAGE, "paged: layer %lld: the step carries no KV block "
+        return lh_error_set(err, LH_E_USAGE, "paged: layer %lld: the step carries no KV block "
                             "tables (the host must manage the paged KV cache)",
                             (long long)l->g.layer_index);
     if (step->n_seqs < 0 || step->n_seqs > l->g.max_seqs)
-        return lh_attn_fail(err, n, LH_E_USAGE,
+        return lh_error_set(err, LH_E_USAGE,
                             "paged: a step of %lld sequences, but max_seqs is %lld",
                             (long long)step->n_seqs, (long long)l->g.max_seqs);
     for (int64_t s = 0; s < step->n_seqs; s++) {
         if (step->ctx_len[s] < 0 || step->n_new[s] < 0 || step->ctx_len[s] > l->g.max_seq_len ||
             step->n_new[s] > l->g.max_seq_len - step->ctx_len[s])
-            return lh_attn_fail(err, n, LH_E_USAGE,
+            return lh_error_set(err, LH_E_USAGE,
                                 "paged: sequence %lld: %lld cached + %lld new tokens (max_seq_len "
                                 "%lld)", (long long)s, (long long)step->ctx_len[s],
                                 (long long)step->n_new[s], (long long)l->g.max_seq_len);
@@ -90,14 +92,14 @@ static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, char *err, 
 
 static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *step,
                          const lh_attn_forward_args *args, lh_tensor *q, lh_tensor *k,
-                         const lh_tensor *v, lh_tensor *out, char *err, size_t n)
+                         const lh_tensor *v, lh_tensor *out, lh_error *err)
 {
     if (!args || args->struct_size < offsetof(lh_attn_forward_args, rope) + sizeof args->rope ||
         !args->kv)
-        return lh_attn_fail(err, n, LH_E_USAGE, "paged: layer %lld: forward without the layer's KV "
+        return lh_error_set(err, LH_E_USAGE, "paged: layer %lld: forward without the layer's KV "
                             "blocks", (long long)l->g.layer_index);
     if (l->g.fused_rope && !args->rope)
-        return lh_attn_fail(err, n, LH_E_USAGE,
+        return lh_error_set(err, LH_E_USAGE,
                             "paged: layer %lld: fused RoPE without a RoPE table",
                             (long long)l->g.layer_index);
     const lh_rope *rope = l->g.fused_rope ? args->rope : NULL;
@@ -109,12 +111,13 @@ static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *st
                                       .sliding_window = l->g.sliding_window,
                                       .chunk_size = l->g.attention_chunk_size,
                                       .rope = rope, .sparse_top_k = l->g.sparse_top_k,
-                                      .sparse_local_blocks = l->g.sparse_local_blocks};
+                                      .sparse_local_blocks = l->g.sparse_local_blocks,
+                                      .softcap = l->g.logit_softcap};
     lh_status st = lh_k_paged_kv_write_batch(kctx, args->kv, &b, k, v, rope);
     if (st == LH_OK)
         st = lh_k_paged_attention_batch(kctx, q, args->kv, &b, &prm, out);
     if (st != LH_OK)
-        return lh_attn_fail(err, n, st, "paged: layer %lld: %s", (long long)l->g.layer_index,
+        return lh_error_set(err, st, "paged: layer %lld: %s", (long long)l->g.layer_index,
                             lh_k_last_error(kctx));
     return LH_OK;
 }

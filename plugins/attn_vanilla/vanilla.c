@@ -1,7 +1,8 @@
 /* Built-in attention backend "vanilla": the plain reference. Each sequence slot keeps its
  * keys and values contiguously in f32 ([tokens, kv_heads, head_dim]), grown by doubling up to
  * max_seq_len; attention itself is the kernel library's lh_k_attention (causal, GQA, sliding
- * window). It is the oracle the production backends are tested against, so it stays simple.
+ * window, logit soft-capping). It is the oracle the production backends are tested against,
+ * so it stays simple.
  *
  * The cache lives on the device of the kernel context forward() is given: memory from
  * lh_k_alloc on that context (the first forward's; every later call must pass the same one,
@@ -28,12 +29,12 @@ struct lh_attn_layer {
     lh_kctx *kctx;     /* the context the caches were allocated on (the first forward's) */
 };
 
-static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *err, size_t n)
+static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, lh_error *err)
 {
     *out = NULL;
     if (g->num_heads <= 0 || g->num_kv_heads <= 0 || g->head_dim <= 0 ||
         g->num_heads % g->num_kv_heads != 0 || g->max_seq_len <= 0 || g->max_seqs <= 0)
-        return lh_attn_fail(err, n, LH_E_USAGE,
+        return lh_error_set(err, LH_E_USAGE,
                             "vanilla: layer %lld: invalid geometry (heads %lld, kv heads %lld, "
                             "head_dim %lld, max_seq_len %lld, max_seqs %lld)",
                             (long long)g->layer_index, (long long)g->num_heads,
@@ -43,17 +44,17 @@ static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *er
     bool has_kv = g->struct_size >= offsetof(lh_attn_geometry, kv_max_tokens) +
                                         sizeof g->kv_max_tokens;
     if (has_kv && g->kv_dtype != LH_DTYPE_F32 && g->kv_dtype != LH_DTYPE_INVALID)
-        return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+        return lh_error_set(err, LH_E_UNSUPPORTED,
                             "vanilla: kv_cache.dtype other than float32 is not supported (the "
                             "reference backend keeps its cache in f32); use the paged backend");
     /* ABI 2 fields: what the host never asks of a backend without the capability */
     if (g->struct_size >= offsetof(lh_attn_geometry, fused_rope) + sizeof g->fused_rope) {
         if (g->kv_v_dtype != LH_DTYPE_F32 && g->kv_v_dtype != LH_DTYPE_INVALID)
-            return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+            return lh_error_set(err, LH_E_UNSUPPORTED,
                                 "vanilla: kv_cache.v_dtype other than float32 is not supported; "
                                 "use the paged backend");
         if (g->sparse_top_k || g->sparse_local_blocks || g->fused_rope)
-            return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+            return lh_error_set(err, LH_E_UNSUPPORTED,
                                 "vanilla: %s is not supported (the reference backend attends "
                                 "densely to RoPE-rotated inputs)",
                                 g->fused_rope ? "fused RoPE" : "sparse attention");
@@ -63,10 +64,12 @@ static lh_status create(const lh_attn_geometry *g, lh_attn_layer **out, char *er
         l->slots = calloc((size_t)g->max_seqs, sizeof *l->slots);
     if (!l || !l->slots) {
         free(l);
-        return lh_attn_fail(err, n, LH_E_NOMEM, "vanilla: out of memory creating layer %lld",
+        return lh_error_set(err, LH_E_NOMEM, "vanilla: out of memory creating layer %lld",
                             (long long)g->layer_index);
     }
     l->g = *g;
+    if (g->struct_size < offsetof(lh_attn_geometry, logit_softcap) + sizeof g->logit_softcap)
+        l->g.logit_softcap = 0.0f; /* a geometry without the field asks for no cap */
     *out = l;
     return LH_OK;
 }
@@ -81,7 +84,7 @@ static lh_tensor rows_view(const lh_attn_layer *l, float *data, int64_t tokens, 
 }
 
 /* Grows the slot's cache to hold `tokens` tokens, keeping the c->len cached ones. */
-static lh_status reserve(lh_attn_layer *l, slot_cache *c, int64_t tokens, char *err, size_t n)
+static lh_status reserve(lh_attn_layer *l, slot_cache *c, int64_t tokens, lh_error *err)
 {
     if (tokens <= c->cap)
         return LH_OK;
@@ -109,7 +112,7 @@ static lh_status reserve(lh_attn_layer *l, slot_cache *c, int64_t tokens, char *
             lh_k_free(l->kctx, k);
         if (v)
             lh_k_free(l->kctx, v);
-        return lh_attn_fail(err, n, st, "vanilla: layer %lld: growing the KV cache to %lld "
+        return lh_error_set(err, st, "vanilla: layer %lld: growing the KV cache to %lld "
                             "tokens (%zu bytes): %s", (long long)l->g.layer_index,
                             (long long)cap, 2 * (size_t)cap * row, why);
     }
@@ -123,22 +126,22 @@ static lh_status reserve(lh_attn_layer *l, slot_cache *c, int64_t tokens, char *
     return LH_OK;
 }
 
-static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, char *err, size_t n)
+static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, lh_error *err)
 {
     for (int64_t s = 0; s < step->n_seqs; s++) {
         int64_t slot = step->slot[s];
         if (slot < 0 || slot >= l->g.max_seqs)
-            return lh_attn_fail(err, n, LH_E_USAGE, "vanilla: sequence slot %lld outside [0, %lld)",
+            return lh_error_set(err, LH_E_USAGE, "vanilla: sequence slot %lld outside [0, %lld)",
                                 (long long)slot, (long long)l->g.max_seqs);
         slot_cache *c = &l->slots[slot];
         if (step->ctx_len[s] != c->len)
-            return lh_attn_fail(err, n, LH_E_USAGE,
+            return lh_error_set(err, LH_E_USAGE,
                                 "vanilla: layer %lld slot %lld holds %lld tokens, the step says "
                                 "%lld", (long long)l->g.layer_index, (long long)slot,
                                 (long long)c->len, (long long)step->ctx_len[s]);
         int64_t need = c->len + step->n_new[s];
         if (need > l->g.max_seq_len)
-            return lh_attn_fail(err, n, LH_E_UNSUPPORTED,
+            return lh_error_set(err, LH_E_UNSUPPORTED,
                                 "vanilla: sequence in slot %lld needs %lld tokens, more than "
                                 "max_seq_len %lld",
                                 (long long)slot, (long long)need,
@@ -150,16 +153,16 @@ static lh_status prepare(lh_attn_layer *l, const lh_attn_step *step, char *err, 
 
 static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *step,
                          const lh_attn_forward_args *args, lh_tensor *q, lh_tensor *k,
-                         const lh_tensor *v, lh_tensor *out, char *err, size_t n)
+                         const lh_tensor *v, lh_tensor *out, lh_error *err)
 {
     (void)args; /* its own contiguous cache; never fused */
     if (!kctx)
-        return lh_attn_fail(err, n, LH_E_USAGE, "vanilla: layer %lld: forward without a kernel "
+        return lh_error_set(err, LH_E_USAGE, "vanilla: layer %lld: forward without a kernel "
                             "context", (long long)l->g.layer_index);
     if (!l->kctx)
         l->kctx = kctx;
     if (l->kctx != kctx)
-        return lh_attn_fail(err, n, LH_E_USAGE, "vanilla: layer %lld: forward on another kernel "
+        return lh_error_set(err, LH_E_USAGE, "vanilla: layer %lld: forward on another kernel "
                             "context than the one its cache lives on",
                             (long long)l->g.layer_index);
     const int64_t H = l->g.num_heads, KVH = l->g.num_kv_heads, D = l->g.head_dim;
@@ -168,13 +171,13 @@ static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *st
         const int64_t slot = step->slot[s];
         if (slot < 0 || slot >= l->g.max_seqs || step->ctx_len[s] != l->slots[slot].len ||
             step->n_new[s] < 0 || l->slots[slot].len + step->n_new[s] > l->g.max_seq_len)
-            return lh_attn_fail(err, n, LH_E_USAGE, "vanilla: forward before prepare for slot "
+            return lh_error_set(err, LH_E_USAGE, "vanilla: forward before prepare for slot "
                                 "%lld", (long long)slot);
         slot_cache *c = &l->slots[slot];
         int64_t t0 = step->token_start[s], nn = step->n_new[s];
         if (nn == 0)
             continue;
-        lh_status st = reserve(l, c, c->len + nn, err, n);
+        lh_status st = reserve(l, c, c->len + nn, err);
         if (st != LH_OK)
             return st;
         /* the new rows, appended device to device */
@@ -188,7 +191,7 @@ static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *st
         if (st == LH_OK)
             st = lh_k_copy(kctx, &dv, &sv);
         if (st != LH_OK)
-            return lh_attn_fail(err, n, st, "vanilla: layer %lld: appending to the KV cache: %s",
+            return lh_error_set(err, st, "vanilla: layer %lld: appending to the KV cache: %s",
                                 (long long)l->g.layer_index, lh_k_last_error(kctx));
         int64_t total = c->len + nn;
         int64_t qshape[3] = {nn, H, D};
@@ -200,9 +203,9 @@ static lh_status forward(lh_attn_layer *l, lh_kctx *kctx, const lh_attn_step *st
         os.device = out->device;
         lh_tensor ks = rows_view(l, c->k, total, KVH), vs = rows_view(l, c->v, total, KVH);
         st = lh_k_attention(kctx, &qs, &ks, &vs, step->positions + t0, l->g.scale,
-                            l->g.sliding_window, &os);
+                            l->g.logit_softcap, l->g.sliding_window, &os);
         if (st != LH_OK)
-            return lh_attn_fail(err, n, st, "vanilla: layer %lld: %s", (long long)l->g.layer_index,
+            return lh_error_set(err, st, "vanilla: layer %lld: %s", (long long)l->g.layer_index,
                                 lh_k_last_error(kctx));
         c->len = total;
     }
@@ -243,7 +246,7 @@ static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
     const lh_attn_backend_provider p = {
         .struct_size = sizeof p,
         .name = "vanilla",
-        .capabilities = LH_ATTN_CAP_SLIDING_WINDOW,
+        .capabilities = LH_ATTN_CAP_SLIDING_WINDOW | LH_ATTN_CAP_SOFTCAP,
         .ops = &vanilla_ops,
     };
     return api->register_attention_backend(ctx, &p);

@@ -49,6 +49,9 @@ PUBLISHED = {
     "mistral-7b-v0.1": 7241732096,
     "qwen2.5-7b": 7615616512,
     "qwen3-8b": 8190735360,
+    # families whose config keys, wiring and weight layout only their plugins know
+    "gpt2": 124439808,
+    "phi-3-mini-4k": 3821079552,
 }
 
 INDEX_HEADER = "#llmhost-arch-index\t1\n#kind\tname\tshared_object\n"
@@ -414,6 +417,27 @@ class TestExplain(CliTestCase):
     def test_qwen3_8b_parameters(self):
         self.check_published("qwen3-8b")
 
+    def test_gpt2_parameters(self):
+        # n_embd / n_layer / n_head / n_positions, Conv1D [in, out] weights, tied lm_head
+        self.check_published("gpt2")
+
+    def test_phi3_mini_parameters(self):
+        # fused qkv_proj and gate_up_proj
+        self.check_published("phi-3-mini-4k")
+
+    def test_fixture_parameters_equal_transformers(self):
+        # every committed checkpoint: explain's count is transformers' num_parameters()
+        # (tools/gen_fixtures.py records it in reference.json)
+        models = os.path.join(FIXTURES, "models")
+        names = sorted(n for n in os.listdir(models)
+                       if os.path.isfile(os.path.join(models, n, "reference.json")))
+        self.assertGreaterEqual(len(names), 20)
+        for name in names:
+            with open(os.path.join(models, name, "reference.json")) as f:
+                want = json.load(f)["num_parameters"]
+            with self.subTest(model=name):
+                self.assertEqual(self.explain(os.path.join(models, name))["parameters"], want)
+
     def test_tied_embeddings_counted_once(self):
         j = self.explain(cfg("smollm2-135m"))  # tie_word_embeddings: true
         self.assertEqual(j["parameters"], 134515008)
@@ -538,6 +562,19 @@ class TestErrorClasses(CliTestCase):
         self.assert_error(cli("explain", cfg("bad/missing-vocab-size")), 3, "config-error",
                           "missing required field 'vocab_size' for a decoder model "
                           "(architecture LlamaForCausalLM)")
+
+    def test_config_family_keys_are_the_plugins(self):
+        # GPT-2 spells its geometry n_embd, n_layer, n_head: its plugin names what is missing
+        self.assert_error(cli("explain", cfg("bad/gpt2-missing-n-embd")), 3, "config-error",
+                          "GPT2LMHeadModel: missing required field 'n_embd'")
+
+    def test_config_knobs_a_family_plugin_refuses(self):
+        self.assert_error(cli("explain", cfg("bad/gpt2-activation")), 14, "unsupported",
+                          "activation_function 'relu' is not supported")
+        self.assert_error(cli("explain", cfg("bad/gemma3-rope-type")), 14, "unsupported",
+                          "rope_parameters.full_attention.rope_type 'yarn' is not supported")
+        self.assert_error(cli("explain", cfg("bad/phi3-partial-rotary")), 3, "config-error",
+                          "partial_rotary_factor=0.01 gives 0 rotary dims of head_dim 96")
 
     def test_config_empty_architectures(self):
         self.assert_error(cli("explain", cfg("bad/empty-architectures")), 3, "config-error",
@@ -1661,10 +1698,11 @@ class TestValidationCli(CliTestCase):
         caps = {b["name"]: b["capabilities"] for b in j["backends"]}
         want_paged = {"fused_rope": True, "sparse": True, "mixed_kv": True, "paged_kv": True,
                       "fp8_kv": True, "chunked": True, "sliding_window": True, "mla": False,
-                      "fp4_kv": False, "fused_qkv": False}
+                      "fp4_kv": False, "fused_qkv": False, "softcap": True}
         for k, v in want_paged.items():
             self.assertIs(caps["paged"][k], v, k)
-        self.assertEqual({k for k, v in caps["vanilla"].items() if v}, {"sliding_window"})
+        self.assertEqual({k for k, v in caps["vanilla"].items() if v},
+                         {"sliding_window", "softcap"})
         self.assertEqual(set(caps["vanilla"]), set(want_paged))
         rc, out, err = cli("backends")
         self.assertEqual(rc, 0, err)
@@ -1682,6 +1720,7 @@ class TestValidationCli(CliTestCase):
         for k, v in want_paged.items():
             self.assertEqual(row["paged"][k], "yes" if v else "-", k)
         self.assertEqual(row["vanilla"]["sliding_window"], "yes")
+        self.assertEqual(row["vanilla"]["softcap"], "yes")
         self.assertEqual(row["vanilla"]["mixed_kv"], "-")
 
     def test_run_with_a_pool_too_small(self):

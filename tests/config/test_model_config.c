@@ -645,6 +645,167 @@ static void test_rope_parameters(void)
                "an object or null");
 }
 
+/* LongRoPE (Phi-3, Phi-3.5, Phi-4-mini): short_factor / long_factor arrays owned by the config;
+ * original_max_position_embeddings from the rope object, or else from the top level (where
+ * the Hub's Phi-3 files, written by transformers 4, keep it; transformers 5 writes it into
+ * rope_parameters too). */
+static void test_longrope(void)
+{
+    /* transformers 4 (Phi-3-mini-128k's shape): "type", top-level original length */
+    lh_model_config *cfg =
+        parse_ok(BASE ", \"max_position_embeddings\": 131072, "
+                      "\"original_max_position_embeddings\": 4096, \"rope_scaling\": {"
+                      "\"type\": \"longrope\", \"short_factor\": [1, 1.5, 2.0], "
+                      "\"long_factor\": [1.25, 3, 7.5e1]}}");
+    if (cfg) {
+        const lh_rope_scaling *rs = &cfg->geo.rope_scaling;
+        CU_ASSERT_STRING_EQUAL(rs->kind, "longrope");
+        CU_ASSERT_EQUAL_FATAL(rs->n_factors, 3);
+        CU_ASSERT_PTR_EQUAL(rs->short_factor, cfg->rope_factors);
+        CU_ASSERT_PTR_EQUAL(rs->long_factor, cfg->rope_factors + 3);
+        CU_ASSERT_DOUBLE_EQUAL(rs->short_factor[0], 1.0, 0);
+        CU_ASSERT_DOUBLE_EQUAL(rs->short_factor[1], 1.5, 0);
+        CU_ASSERT_DOUBLE_EQUAL(rs->short_factor[2], 2.0, 0);
+        CU_ASSERT_DOUBLE_EQUAL(rs->long_factor[0], 1.25, 0);
+        CU_ASSERT_DOUBLE_EQUAL(rs->long_factor[1], 3.0, 0);
+        CU_ASSERT_DOUBLE_EQUAL(rs->long_factor[2], 75.0, 0);
+        CU_ASSERT_EQUAL(rs->original_max_position_embeddings, 4096);
+        CU_ASSERT_DOUBLE_EQUAL(rs->factor, 0.0, 0); /* absent: the kernel derives it */
+        CU_ASSERT_DOUBLE_EQUAL(rs->attention_factor, 0.0, 0);
+        CU_ASSERT_EQUAL(cfg->geo.max_position_embeddings, 131072);
+        lh_model_config_free(cfg);
+    }
+    /* transformers 5 (save_pretrained of a Phi3Config): rope_parameters with both spellings
+     * of the type, rope_theta, partial_rotary_factor and the original length inside, which
+     * is also at the top level */
+    cfg = parse_ok(BASE ", \"max_position_embeddings\": 32, "
+                        "\"original_max_position_embeddings\": 8, \"partial_rotary_factor\": 0.5, "
+                        "\"rope_parameters\": {\"long_factor\": [2.0, 4.0], "
+                        "\"original_max_position_embeddings\": 8, "
+                        "\"partial_rotary_factor\": 0.5, \"rope_theta\": 250000.0, "
+                        "\"rope_type\": \"longrope\", \"short_factor\": [1.0, 1.5], "
+                        "\"type\": \"longrope\", \"factor\": 4, \"attention_factor\": 1.2}}");
+    if (cfg) {
+        const lh_rope_scaling *rs = &cfg->geo.rope_scaling;
+        CU_ASSERT_STRING_EQUAL(rs->kind, "longrope");
+        CU_ASSERT_EQUAL_FATAL(rs->n_factors, 2);
+        CU_ASSERT_DOUBLE_EQUAL(rs->short_factor[1], 1.5, 0);
+        CU_ASSERT_DOUBLE_EQUAL(rs->long_factor[1], 4.0, 0);
+        CU_ASSERT_EQUAL(rs->original_max_position_embeddings, 8);
+        CU_ASSERT_DOUBLE_EQUAL(rs->factor, 4.0, 0);
+        CU_ASSERT_DOUBLE_EQUAL(rs->attention_factor, 1.2, 0);
+        CU_ASSERT_DOUBLE_EQUAL(cfg->geo.rope_theta, 250000.0, 0);
+        lh_model_config_free(cfg);
+    }
+    /* the rope object's original length comes first; none anywhere: 0 (the kernel then uses
+     * max_position_embeddings, transformers' default) */
+    cfg = parse_ok(BASE ", \"original_max_position_embeddings\": 16, \"rope_scaling\": {"
+                        "\"rope_type\": \"longrope\", \"short_factor\": [1], \"long_factor\": [2], "
+                        "\"original_max_position_embeddings\": 8}}");
+    if (cfg) {
+        CU_ASSERT_EQUAL(cfg->geo.rope_scaling.original_max_position_embeddings, 8);
+        lh_model_config_free(cfg);
+    }
+    cfg = parse_ok(BASE ", \"rope_scaling\": {\"rope_type\": \"longrope\", "
+                        "\"short_factor\": [1], \"long_factor\": [2], "
+                        "\"original_max_position_embeddings\": null}}");
+    if (cfg) {
+        CU_ASSERT_EQUAL(cfg->geo.rope_scaling.original_max_position_embeddings, 0);
+        CU_ASSERT_EQUAL(cfg->geo.rope_scaling.n_factors, 1);
+        lh_model_config_free(cfg);
+    }
+    /* other kinds: no arrays, nothing allocated, and the top level is not read for them */
+    cfg = parse_ok(BASE ", \"original_max_position_embeddings\": 16, \"rope_scaling\": {"
+                        "\"rope_type\": \"yarn\", \"factor\": 4}}");
+    if (cfg) {
+        CU_ASSERT_EQUAL(cfg->geo.rope_scaling.n_factors, 0);
+        CU_ASSERT_PTR_NULL(cfg->geo.rope_scaling.short_factor);
+        CU_ASSERT_PTR_NULL(cfg->geo.rope_scaling.long_factor);
+        CU_ASSERT_PTR_NULL(cfg->rope_factors);
+        CU_ASSERT_EQUAL(cfg->geo.rope_scaling.original_max_position_embeddings, 0);
+        lh_model_config_free(cfg);
+    }
+    /* a legacy name (Phi-3's "su") keeps its arrays for the plugin that maps it */
+    cfg = parse_ok(BASE ", \"original_max_position_embeddings\": 4096, \"rope_scaling\": {"
+                        "\"type\": \"su\", \"short_factor\": [1, 2], \"long_factor\": [3, 4]}}");
+    if (cfg) {
+        CU_ASSERT_STRING_EQUAL(cfg->geo.rope_scaling.kind, "su");
+        CU_ASSERT_EQUAL(cfg->geo.rope_scaling.n_factors, 2);
+        CU_ASSERT_EQUAL(cfg->geo.rope_scaling.original_max_position_embeddings, 4096);
+        lh_model_config_free(cfg);
+    }
+    /* a config without rope settings keeps the fields empty */
+    cfg = parse_ok(BASE "}");
+    if (cfg) {
+        CU_ASSERT_EQUAL(cfg->geo.rope_scaling.n_factors, 0);
+        CU_ASSERT_PTR_NULL(cfg->rope_factors);
+        lh_model_config_free(cfg);
+    }
+}
+
+static void test_longrope_errors(void)
+{
+#define LR BASE ", \"rope_scaling\": {\"type\": \"longrope\", "
+    /* missing arrays (absent or null) */
+    EXPECT_ERR(LR "\"short_factor\": [1, 2]}}", LH_E_CONFIG,
+               "test.json: rope_scaling.long_factor is missing", "'longrope'",
+               "short_factor and long_factor");
+    EXPECT_ERR(LR "\"long_factor\": [1, 2]}}", LH_E_CONFIG, "rope_scaling.short_factor is missing");
+    EXPECT_ERR(LR "\"factor\": 2}}", LH_E_CONFIG, "rope_scaling.short_factor is missing");
+    EXPECT_ERR(LR "\"short_factor\": [1], \"long_factor\": null}}", LH_E_CONFIG,
+               "rope_scaling.long_factor is missing or null");
+    EXPECT_ERR(BASE ", \"rope_parameters\": {\"rope_type\": \"longrope\", "
+                    "\"short_factor\": [1]}}",
+               LH_E_CONFIG, "rope_parameters.long_factor is missing");
+    /* one array without the other, whatever the kind */
+    EXPECT_ERR(BASE ", \"rope_scaling\": {\"type\": \"su\", \"long_factor\": [1]}}", LH_E_CONFIG,
+               "rope_scaling.short_factor is missing");
+    /* wrong types */
+    EXPECT_ERR(LR "\"short_factor\": [1], \"long_factor\": \"1\"}}", LH_E_CONFIG,
+               "rope_scaling.long_factor must be an array of numbers", "a string");
+    EXPECT_ERR(LR "\"short_factor\": {\"0\": 1}, \"long_factor\": [1]}}", LH_E_CONFIG,
+               "rope_scaling.short_factor must be an array of numbers", "an object");
+    EXPECT_ERR(LR "\"short_factor\": [1, 2, 3, 4], \"long_factor\": [1, 2, 3, \"4\"]}}",
+               LH_E_CONFIG, "rope_scaling.long_factor[3] must be a number", "a string");
+    EXPECT_ERR(LR "\"short_factor\": [1, null], \"long_factor\": [1, 2]}}", LH_E_CONFIG,
+               "rope_scaling.short_factor[1] must be a number", "null");
+    EXPECT_ERR(LR "\"short_factor\": [true], \"long_factor\": [1]}}", LH_E_CONFIG,
+               "rope_scaling.short_factor[0] must be a number", "a boolean");
+    EXPECT_ERR(LR "\"short_factor\": [1], \"long_factor\": [[1]]}}", LH_E_CONFIG,
+               "rope_scaling.long_factor[0] must be a number", "an array");
+    EXPECT_ERR(BASE ", \"rope_parameters\": {\"rope_type\": \"longrope\", "
+                    "\"short_factor\": [1], \"long_factor\": [\"x\"]}}",
+               LH_E_CONFIG, "rope_parameters.long_factor[0] must be a number");
+    /* lengths */
+    EXPECT_ERR(LR "\"short_factor\": [1, 2, 3], \"long_factor\": [1, 2]}}", LH_E_CONFIG,
+               "rope_scaling.short_factor has 3 entries but rope_scaling.long_factor has 2",
+               "same length");
+    EXPECT_ERR(LR "\"short_factor\": [], \"long_factor\": []}}", LH_E_CONFIG,
+               "rope_scaling.short_factor is an empty array");
+    EXPECT_ERR(LR "\"short_factor\": [1], \"long_factor\": []}}", LH_E_CONFIG,
+               "rope_scaling.long_factor is an empty array");
+    /* values */
+    EXPECT_ERR(LR "\"short_factor\": [1, 0], \"long_factor\": [1, 2]}}", LH_E_CONFIG,
+               "rope_scaling.short_factor[1]=0 must be finite and > 0");
+    EXPECT_ERR(LR "\"short_factor\": [1, 2], \"long_factor\": [-1.5, 2]}}", LH_E_CONFIG,
+               "rope_scaling.long_factor[0]=-1.5", "> 0");
+    /* the other longrope fields */
+    EXPECT_ERR(LR "\"short_factor\": [1], \"long_factor\": [1], \"factor\": 0}}", LH_E_CONFIG,
+               "rope_scaling.factor=0", "> 0");
+    EXPECT_ERR(LR "\"short_factor\": [1], \"long_factor\": [1], \"attention_factor\": \"1\"}}",
+               LH_E_CONFIG, "rope_scaling.attention_factor", "a number");
+    EXPECT_ERR(LR "\"short_factor\": [1], \"long_factor\": [1], "
+                  "\"original_max_position_embeddings\": 0}}",
+               LH_E_CONFIG, "rope_scaling.original_max_position_embeddings=0", "> 0");
+    EXPECT_ERR(BASE ", \"original_max_position_embeddings\": \"4096\", \"rope_scaling\": {"
+                    "\"type\": \"longrope\", \"short_factor\": [1], \"long_factor\": [1]}}",
+               LH_E_CONFIG, "test.json: original_max_position_embeddings must be an integer");
+    EXPECT_ERR(BASE ", \"original_max_position_embeddings\": -1, \"rope_scaling\": {"
+                    "\"type\": \"longrope\", \"short_factor\": [1], \"long_factor\": [1]}}",
+               LH_E_CONFIG, "original_max_position_embeddings=-1", "> 0");
+#undef LR
+}
+
 static void test_dtype_rules(void)
 {
     static const struct {
@@ -909,6 +1070,8 @@ static CU_TestInfo rule_tests[] = {
     {"bool fields", test_bool_fields},
     {"string fields", test_string_fields},
     {"rope_scaling", test_rope_scaling_rules},
+    {"longrope: factor arrays, original length (transformers 4 and 5 files)", test_longrope},
+    {"longrope: missing arrays, wrong types, lengths, values", test_longrope_errors},
     {"torch_dtype", test_dtype_rules},
     {"MLA", test_mla_rules},
     {"sliding window, chunk, draft", test_window_chunk_draft},

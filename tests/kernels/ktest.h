@@ -86,11 +86,12 @@ static inline bool kt_visible(int64_t p, int64_t qp, int64_t window, int64_t chu
 }
 
 /* Double-precision attention: q [T, H, D], k [S, KVH, D], v [S, KVH, Dv] f32, query t at
- * position qpos[t]; out [T, H, Dv]. */
-static inline void kt_attn_ref(const float *q, const float *k, const float *v,
-                               const int32_t *qpos, int64_t T, int64_t H, int64_t KVH, int64_t D,
-                               int64_t Dv, int64_t S, float scale, int64_t window, int64_t chunk,
-                               double *out)
+ * position qpos[t]; out [T, H, Dv]. softcap > 0: every score becomes softcap * tanh(score /
+ * softcap) before the mask and the softmax (transformers' eager Gemma 2 attention). */
+static inline void kt_attn_ref_capped(const float *q, const float *k, const float *v,
+                                      const int32_t *qpos, int64_t T, int64_t H, int64_t KVH,
+                                      int64_t D, int64_t Dv, int64_t S, float scale,
+                                      int64_t window, int64_t chunk, double softcap, double *out)
 {
     double *sc = malloc((size_t)(S > 0 ? S : 1) * sizeof(double));
     for (int64_t t = 0; t < T; t++)
@@ -106,6 +107,8 @@ static inline void kt_attn_ref(const float *q, const float *k, const float *v,
                 for (int64_t d = 0; d < D; d++)
                     s += (double)q[(t * H + h) * D + d] * k[(p * KVH + kvh) * D + d];
                 sc[p] = s * scale;
+                if (softcap > 0)
+                    sc[p] = tanh(sc[p] / softcap) * softcap;
                 m = fmax(m, sc[p]);
             }
             double sum = 0;
@@ -120,6 +123,14 @@ static inline void kt_attn_ref(const float *q, const float *k, const float *v,
             }
         }
     free(sc);
+}
+
+static inline void kt_attn_ref(const float *q, const float *k, const float *v,
+                               const int32_t *qpos, int64_t T, int64_t H, int64_t KVH, int64_t D,
+                               int64_t Dv, int64_t S, float scale, int64_t window, int64_t chunk,
+                               double *out)
+{
+    kt_attn_ref_capped(q, k, v, qpos, T, H, KVH, D, Dv, S, scale, window, chunk, 0.0, out);
 }
 
 /* Defines name_scalar, name_avx2, name_avx512 test functions that call body(isa), each

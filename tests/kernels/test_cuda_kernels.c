@@ -1001,6 +1001,242 @@ static void test_gpu_scale(void)
     env_close(&e);
 }
 
+/* ---- layernorm, gelu / gelu_tanh / gelu_mul, softcap, add, embedding_add (cuda/nn_ops.cu) --- */
+
+/* LayerNorm: both sides within a few 1e-7 of the exact result (their f32 sums run in other
+ * orders), so 6e-6 (|out| + |w|) + 2e-6 |b|. Cases: every w dtype, b none or of w's dtype,
+ * out separate and out == x; D long, odd and 1. */
+static void test_gpu_layernorm(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(2101);
+    static const int64_t Ds[3] = {4096, 77, 1};
+    static const lh_dtype dts[3] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16};
+    const int64_t M = 5;
+    const float eps = 1e-5f;
+    for (int si = 0; si < 3; si++) {
+        const int64_t D = Ds[si], n = M * D;
+        float *x = xcalloc((size_t)n, sizeof(float)), *xc = xcalloc((size_t)n, sizeof(float));
+        float *oc = xcalloc((size_t)n, sizeof(float)), *og = xcalloc((size_t)n, sizeof(float));
+        float *wref = xcalloc((size_t)D, sizeof(float)), *bref = xcalloc((size_t)D, sizeof(float));
+        double *extra = xcalloc((size_t)n, sizeof(double));
+        void *w = xcalloc((size_t)D, sizeof(float)), *b = xcalloc((size_t)D, sizeof(float));
+        for (int64_t i = 0; i < n; i++)
+            x[i] = kt_uniform() * 3.0f + ((i / D) % 2 ? 2.0f : 0.0f); /* odd rows off-centre */
+        void *dx = dnew(&e, (size_t)n * sizeof(float)), *dout = dnew(&e, (size_t)n * sizeof(float));
+        for (int di = 0; di < 3; di++) {
+            const lh_dtype dt = dts[di];
+            kt_fill_w(dt, w, wref, D, 1.5f);
+            kt_fill_w(dt, b, bref, D, 1.0f);
+            void *dw = dput(&e, dt, w, D), *db = dput(&e, dt, b, D);
+            lh_tensor hw = kt_t1(dt, w, D), gw = on_gpu(kt_t1(dt, dw, D));
+            lh_tensor hb = kt_t1(dt, b, D), gb = on_gpu(kt_t1(dt, db, D));
+            for (int cs = 0; cs < 4; cs++) {
+                const bool bias = cs >= 2, alias = cs % 2 == 1;
+                memcpy(xc, x, (size_t)n * sizeof(float));
+                if (!dset(&e, LH_DTYPE_F32, dx, x, n))
+                    continue;
+                lh_tensor hx = kt_t2(LH_DTYPE_F32, xc, M, D);
+                lh_tensor ho = alias ? hx : kt_t2(LH_DTYPE_F32, oc, M, D);
+                lh_tensor gx = on_gpu(kt_t2(LH_DTYPE_F32, dx, M, D));
+                lh_tensor go = alias ? gx : on_gpu(kt_t2(LH_DTYPE_F32, dout, M, D));
+                char what[160];
+                snprintf(what, sizeof what, "layernorm w %s b %s D %lld%s", dt_name(dt),
+                         bias ? dt_name(dt) : "none", (long long)D, alias ? " out == x" : "");
+                if (!OK(e.c, lh_k_layernorm(e.c, &hx, &hw, bias ? &hb : NULL, eps, &ho)) ||
+                    !OK(e.g, lh_k_layernorm(e.g, &gx, &gw, bias ? &gb : NULL, eps, &go)) ||
+                    !dget(&e, LH_DTYPE_F32, og, go.data, n))
+                    continue;
+                for (int64_t i = 0; i < n; i++)
+                    extra[i] = 6e-6 * fabs((double)wref[i % D]) + (bias ? 2e-6 * fabs((double)bref[i % D]) : 0.0);
+                CMP(what, og, (const float *)ho.data, n, 1e-7, 6e-6, extra);
+            }
+        }
+        /* a shape error is refused on the device too */
+        lh_tensor gx = on_gpu(kt_t2(LH_DTYPE_F32, dx, M, D)), go = on_gpu(kt_t2(LH_DTYPE_F32, dout, M, D));
+        lh_tensor gw2 = on_gpu(kt_t1(LH_DTYPE_F32, dx, D + 1));
+        EXPECT_ST(e.g, lh_k_layernorm(e.g, &gx, &gw2, NULL, eps, &go), LH_E_USAGE);
+        env_drop(&e);
+        free(x);
+        free(xc);
+        free(oc);
+        free(og);
+        free(wref);
+        free(bref);
+        free(extra);
+        free(w);
+        free(b);
+    }
+    env_close(&e);
+}
+
+/* gelu, gelu_tanh and gelu_mul: the same formulas without FMA on both sides; only erff / tanhf
+ * may differ by an ulp or two (scaled by 0.5 |x| where 1 + erf / 1 + tanh cancels), so 1e-6
+ * relative + 2.5e-7 |x| (|gate * up| for gelu_mul). Out separate and in place (gelu_mul: over
+ * gate and over up). */
+static void test_gpu_gelus(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(2201);
+    static const int64_t Is[2] = {1000, 4097};
+    const int64_t M = 3;
+    for (int si = 0; si < 2; si++) {
+        const int64_t I = Is[si], n = M * I;
+        float *gate = xcalloc((size_t)n, sizeof(float)), *up = xcalloc((size_t)n, sizeof(float));
+        float *gc = xcalloc((size_t)n, sizeof(float)), *uc = xcalloc((size_t)n, sizeof(float));
+        float *oc = xcalloc((size_t)n, sizeof(float)), *og = xcalloc((size_t)n, sizeof(float));
+        double *ex1 = xcalloc((size_t)n, sizeof(double)), *ex2 = xcalloc((size_t)n, sizeof(double));
+        fill_uniform(gate, n, 8.0f);
+        fill_uniform(up, n, 3.0f);
+        for (int64_t i = 0; i < n; i++) {
+            ex1[i] = 2.5e-7 * fabs((double)gate[i]);
+            ex2[i] = 2.5e-7 * fabs((double)gate[i] * up[i]);
+        }
+        void *dg = dnew(&e, (size_t)n * 4), *du = dnew(&e, (size_t)n * 4), *dout = dnew(&e, (size_t)n * 4);
+        for (int k = 0; k < 3; k++)
+            for (int cs = 0; cs < (k == 2 ? 3 : 2); cs++) {
+                static const char *const names[3] = {"gelu", "gelu_tanh", "gelu_mul"};
+                memcpy(gc, gate, (size_t)n * sizeof(float));
+                memcpy(uc, up, (size_t)n * sizeof(float));
+                if (!dset(&e, LH_DTYPE_F32, dg, gate, n) || !dset(&e, LH_DTYPE_F32, du, up, n))
+                    continue;
+                lh_tensor hg = kt_t2(LH_DTYPE_F32, gc, M, I), hu = kt_t2(LH_DTYPE_F32, uc, M, I);
+                lh_tensor gg = on_gpu(kt_t2(LH_DTYPE_F32, dg, M, I));
+                lh_tensor gu = on_gpu(kt_t2(LH_DTYPE_F32, du, M, I));
+                lh_tensor ho = cs == 1 ? hg : cs == 2 ? hu : kt_t2(LH_DTYPE_F32, oc, M, I);
+                lh_tensor go = cs == 1 ? gg : cs == 2 ? gu : on_gpu(kt_t2(LH_DTYPE_F32, dout, M, I));
+                char what[96];
+                snprintf(what, sizeof what, "%s I %lld%s", names[k], (long long)I,
+                         cs == 1 ? " out == x" : cs == 2 ? " out == up" : "");
+                bool ok;
+                if (k == 0)
+                    ok = OK(e.c, lh_k_gelu(e.c, &hg, &ho)) && OK(e.g, lh_k_gelu(e.g, &gg, &go));
+                else if (k == 1)
+                    ok = OK(e.c, lh_k_gelu_tanh(e.c, &hg, &ho)) &&
+                         OK(e.g, lh_k_gelu_tanh(e.g, &gg, &go));
+                else
+                    ok = OK(e.c, lh_k_gelu_mul(e.c, &hg, &hu, &ho)) &&
+                         OK(e.g, lh_k_gelu_mul(e.g, &gg, &gu, &go));
+                if (ok && dget(&e, LH_DTYPE_F32, og, go.data, n))
+                    CMP(what, og, (const float *)ho.data, n, 1e-12, 1e-6, k == 2 ? ex2 : ex1);
+            }
+        env_drop(&e);
+        free(gate);
+        free(up);
+        free(gc);
+        free(uc);
+        free(oc);
+        free(og);
+        free(ex1);
+        free(ex2);
+    }
+    env_close(&e);
+}
+
+/* softcap: cap * tanhf(x / cap), only tanhf may differ (1e-6 relative); add: one f32 addition
+ * per element, bit-identical (also y == x). */
+static void test_gpu_softcap_add(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(2301);
+    static const int64_t ns[3] = {1, 1000, 70001};
+    static const float caps[2] = {30.0f, 0.5f};
+    for (int si = 0; si < 3; si++) {
+        const int64_t n = ns[si];
+        float *x = xcalloc((size_t)n, sizeof(float)), *y = xcalloc((size_t)n, sizeof(float));
+        float *xc = xcalloc((size_t)n, sizeof(float)), *og = xcalloc((size_t)n, sizeof(float));
+        fill_uniform(x, n, 100.0f);
+        fill_uniform(y, n, 10.0f);
+        void *dx = dnew(&e, (size_t)n * 4), *dy = dnew(&e, (size_t)n * 4);
+        for (int ci = 0; ci < 2; ci++) {
+            memcpy(xc, x, (size_t)n * sizeof(float));
+            lh_tensor hx = kt_t1(LH_DTYPE_F32, xc, n), gx = on_gpu(kt_t1(LH_DTYPE_F32, dx, n));
+            char what[64];
+            snprintf(what, sizeof what, "softcap n %lld cap %g", (long long)n, (double)caps[ci]);
+            if (dset(&e, LH_DTYPE_F32, dx, x, n) && OK(e.c, lh_k_softcap(e.c, &hx, caps[ci])) &&
+                OK(e.g, lh_k_softcap(e.g, &gx, caps[ci])) && dget(&e, LH_DTYPE_F32, og, dx, n))
+                CMP(what, og, xc, n, 1e-12, 1e-6, NULL);
+        }
+        /* y += x, then x += x */
+        memcpy(xc, y, (size_t)n * sizeof(float));
+        lh_tensor hy = kt_t1(LH_DTYPE_F32, xc, n), hx = kt_t1(LH_DTYPE_F32, x, n);
+        lh_tensor gy = on_gpu(kt_t1(LH_DTYPE_F32, dy, n)), gx = on_gpu(kt_t1(LH_DTYPE_F32, dx, n));
+        char what[64];
+        snprintf(what, sizeof what, "add n %lld", (long long)n);
+        if (dset(&e, LH_DTYPE_F32, dx, x, n) && dset(&e, LH_DTYPE_F32, dy, y, n) &&
+            OK(e.c, lh_k_add(e.c, &hy, &hx)) && OK(e.g, lh_k_add(e.g, &gy, &gx)) &&
+            dget(&e, LH_DTYPE_F32, og, dy, n))
+            CMP(what, og, xc, n, 0.0, 0.0, NULL);
+        snprintf(what, sizeof what, "add n %lld y == x", (long long)n);
+        if (OK(e.c, lh_k_add(e.c, &hx, &hx)) && OK(e.g, lh_k_add(e.g, &gx, &gx)) &&
+            dget(&e, LH_DTYPE_F32, og, dx, n))
+            CMP(what, og, x, n, 0.0, 0.0, NULL);
+        EXPECT_ST(e.g, lh_k_softcap(e.g, &gx, 0.0f), LH_E_USAGE);
+        env_drop(&e);
+        free(x);
+        free(y);
+        free(xc);
+        free(og);
+    }
+    env_close(&e);
+}
+
+/* exact: out[i] += table[ids[i]] adds the same widened value on both devices */
+static void test_gpu_embedding_add(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(2401);
+    const int64_t V = 500, D = 130, n = 13;
+    static const int32_t ids[13] = {0, 499, 7, 7, 250, 1, 498, 3, 100, 200, 300, 400, 0};
+    static const lh_dtype dts[3] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16};
+    void *table = xcalloc((size_t)(V * D), sizeof(float));
+    float *ref = xcalloc((size_t)(V * D), sizeof(float)), *out0 = xcalloc((size_t)(n * D), sizeof(float));
+    float *oc = xcalloc((size_t)(n * D), sizeof(float)), *og = xcalloc((size_t)(n * D), sizeof(float));
+    fill_uniform(out0, n * D, 5.0f);
+    for (int di = 0; di < 3; di++) {
+        const lh_dtype dt = dts[di];
+        kt_fill_w(dt, table, ref, V * D, 3.0f);
+        void *dtab = dput(&e, dt, table, V * D);
+        void *dout = dnew(&e, (size_t)(n * D) * sizeof(float));
+        lh_tensor ht = kt_t2(dt, table, V, D), ho = kt_t2(LH_DTYPE_F32, oc, n, D);
+        lh_tensor gt = on_gpu(kt_t2(dt, dtab, V, D)), go = on_gpu(kt_t2(LH_DTYPE_F32, dout, n, D));
+        for (int64_t nn = 1; nn <= n; nn += n - 1) {
+            ho.shape[0] = go.shape[0] = nn;
+            memcpy(oc, out0, (size_t)(n * D) * sizeof(float));
+            char what[64];
+            snprintf(what, sizeof what, "embedding_add %s n %lld", dt_name(dt), (long long)nn);
+            if (dset(&e, LH_DTYPE_F32, dout, out0, nn * D) &&
+                OK(e.c, lh_k_embedding_add(e.c, &ht, ids, nn, &ho)) &&
+                OK(e.g, lh_k_embedding_add(e.g, &gt, ids, nn, &go)) &&
+                dget(&e, LH_DTYPE_F32, og, dout, nn * D))
+                CMP(what, og, oc, nn * D, 0.0, 0.0, NULL);
+        }
+        /* an id outside the table is refused on the device too */
+        const int32_t bad[2] = {3, (int32_t)V};
+        go.shape[0] = 2;
+        EXPECT_ST(e.g, lh_k_embedding_add(e.g, &gt, bad, 2, &go), LH_E_USAGE);
+        env_drop(&e);
+    }
+    free(table);
+    free(ref);
+    free(out0);
+    free(oc);
+    free(og);
+    env_close(&e);
+}
+
 /* 1e-5 relative; 1e-4 for the 151936-wide rows (f32 sums of 150k terms in another order). Some
  * rows hold -inf entries (masked), which must come out as exact zeros. */
 static void test_gpu_softmax(void)
@@ -1164,7 +1400,7 @@ static void test_gpu_rope(void)
         int64_t rd, D, max_pos;
         double theta;
         int dyn; /* 1: positions past max_pos (seq_len 200), 2: below it */
-    } cases[9];
+    } cases[11];
     memset(cases, 0, sizeof cases);
     cases[0] = (struct rcase){"default", scaling_of(NULL), 64, 64, 4096, 10000.0, 0};
     cases[1] = (struct rcase){"partial rotary", scaling_of("default"), 48, 80, 4096, 10000.0, 0};
@@ -1190,11 +1426,24 @@ static void test_gpu_rope(void)
     cases[8] = (struct rcase){"yarn partial", scaling_of("yarn"), 16, 24, 8192, 1000000.0, 0};
     cases[8].s.factor = 2;
     cases[8].s.original_max_position_embeddings = 4096;
+    /* longrope with partial rotary (16 of 24 dims: 8 factors), original 64: seq_len 200
+     * takes the long table, 64 the short one */
+    static const double lr_short[8] = {1.0, 1.1, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0};
+    static const double lr_long[8] = {1.2, 1.9, 3.1, 5.3, 8.7, 13.9, 22.4, 35.0};
+    for (int li = 0; li < 2; li++) {
+        struct rcase *lc = &cases[9 + li];
+        *lc = (struct rcase){li ? "longrope partial, long" : "longrope partial, short",
+                             scaling_of("longrope"), 16, 24, 1024, 10000.0, li ? 1 : 2};
+        lc->s.short_factor = lr_short;
+        lc->s.long_factor = lr_long;
+        lc->s.n_factors = 8;
+        lc->s.original_max_position_embeddings = 64;
+    }
     static const int32_t pos_any[7] = {0, 1, 2, 17, 500, 4095, 9000};
     static const int32_t pos_hi[7] = {0, 1, 63, 64, 150, 198, 199};
     static const int32_t pos_lo[7] = {0, 1, 2, 17, 40, 62, 63};
     const int64_t T = 7, H = 3;
-    for (int ci = 0; ci < 9; ci++) {
+    for (int ci = 0; ci < 11; ci++) {
         const struct rcase *rc = &cases[ci];
         lh_rope r;
         const lh_rope_scaling *sp = rc->s.kind ? &rc->s : NULL;
@@ -1267,8 +1516,9 @@ static void test_gpu_attention(void)
         snprintf(what, sizeof what, "attention T %lld S %lld H %lld KVH %lld D %lld window %lld",
                  (long long)T, (long long)S, (long long)H, (long long)KVH, (long long)D,
                  (long long)cases[ci].window);
-        if (OK(e.c, lh_k_attention(e.c, &hq, &hk, &hv, qp, scale, cases[ci].window, &ho)) &&
-            OK(e.g, lh_k_attention(e.g, &gq, &gk, &gv, qp, scale, cases[ci].window, &go)) &&
+        const int64_t w = cases[ci].window;
+        if (OK(e.c, lh_k_attention(e.c, &hq, &hk, &hv, qp, scale, 0.0f, w, &ho)) &&
+            OK(e.g, lh_k_attention(e.g, &gq, &gk, &gv, qp, scale, 0.0f, w, &go)) &&
             dget(&e, LH_DTYPE_F32, og, dout, nq))
             CMP(what, og, oc, nq, 1e-5, 0.0, NULL);
         env_drop(&e);
@@ -1346,8 +1596,10 @@ static void test_gpu_attention_positions(void)
                  "attention_positions T %lld S %lld H %lld KVH %lld D %lld Dv %lld window %lld "
                  "sinks %lld", (long long)T, (long long)S, (long long)H, (long long)KVH,
                  (long long)D, (long long)Dv, (long long)w, (long long)sinks);
-        if (OK(e.c, lh_k_attention_positions(e.c, &hq, &hk, &hv, qp, kp, scale, w, sinks, &ho)) &&
-            OK(e.g, lh_k_attention_positions(e.g, &gq, &gk, &gv, qp, kp, scale, w, sinks, &go)) &&
+        if (OK(e.c, lh_k_attention_positions(e.c, &hq, &hk, &hv, qp, kp, scale, 0.0f, w, sinks,
+                                             &ho)) &&
+            OK(e.g, lh_k_attention_positions(e.g, &gq, &gk, &gv, qp, kp, scale, 0.0f, w, sinks,
+                                             &go)) &&
             dget(&e, LH_DTYPE_F32, og, dout, no)) {
             CMP(what, og, oc, no, 1e-5, 0.0, NULL);
             if (ci == 4)
@@ -1363,6 +1615,102 @@ static void test_gpu_attention_positions(void)
         free(qp);
         free(kp);
     }
+    env_close(&e);
+}
+
+/* Attention-logit soft-capping (Gemma 2) in the GPU's attention kernel, both entry points, on
+ * inputs where the cap matters (q scaled by 12: raw scores up to about +-15; caps 2 and 5):
+ * decode, GQA prefill, a sliding window, a long decode, a ring with sinks and empty slots.
+ * Against the CPU: 1e-5 absolute (|v| <= 1; the capped scores stay within +-cap). */
+static void test_gpu_attention_softcap(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(1313);
+    static const struct {
+        int64_t T, S, H, KVH, D, window, sinks;
+        bool ring; /* lh_k_attention_positions over a shuffled ring; else lh_k_attention */
+    } cases[6] = {
+        {1, 300, 8, 2, 64, 0, 0, false},    /* decode */
+        {20, 100, 4, 1, 64, 16, 0, false},  /* prefill, sliding window, MQA */
+        {7, 7, 6, 3, 80, 0, 0, false},      /* prefill from 0 */
+        {1, 2000, 4, 2, 128, 0, 0, false},  /* a long decode */
+        {3, 40, 4, 2, 256, 16, 4, true},    /* ring: window + sinks, head_dim 256 */
+        {1, 64, 8, 4, 64, 0, 0, true},      /* ring, partly empty */
+    };
+    static const float caps[2] = {2.0f, 5.0f};
+    for (int ci = 0; ci < 6; ci++)
+        for (int cj = 0; cj < 2; cj++) {
+            const int64_t T = cases[ci].T, S = cases[ci].S, H = cases[ci].H;
+            const int64_t KVH = cases[ci].KVH, D = cases[ci].D, nq = T * H * D, nk = S * KVH * D;
+            const bool ring = cases[ci].ring;
+            float *q = xcalloc((size_t)nq, sizeof(float)), *k = xcalloc((size_t)nk, sizeof(float));
+            float *v = xcalloc((size_t)nk, sizeof(float));
+            float *oc = xcalloc((size_t)nq, sizeof(float));
+            float *og = xcalloc((size_t)nq, sizeof(float));
+            int32_t *qp = xcalloc((size_t)T, sizeof(int32_t));
+            int32_t *kp = xcalloc((size_t)S, sizeof(int32_t));
+            fill_uniform(q, nq, 12.0f);
+            fill_uniform(k, nk, 1.0f);
+            fill_uniform(v, nk, 1.0f);
+            /* the ring holds positions 0..next-1 (its first `sinks` slots the sinks), shuffled;
+             * case 5 has written only 40 of its 64 slots (NaN values in the empty ones) */
+            const int64_t next = ring ? (ci == 5 ? 40 : 77) : S, ns = cases[ci].sinks;
+            for (int64_t s = 0; s < S; s++)
+                kp[s] = ring ? -1 : (int32_t)s;
+            if (ring) {
+                for (int64_t p = 0; p < next; p++)
+                    kp[p < ns ? p : ns + (p - ns) % (S - ns)] = (int32_t)p;
+                for (int64_t s = S - 1; s > 0; s--) {
+                    const int64_t r = (int64_t)(kt_u64() % (uint64_t)(s + 1));
+                    const int32_t tmp = kp[s];
+                    kp[s] = kp[r];
+                    kp[r] = tmp;
+                }
+                for (int64_t s = 0; s < S; s++)
+                    if (kp[s] < 0)
+                        for (int64_t j = 0; j < KVH * D; j++)
+                            v[s * KVH * D + j] = NAN;
+            }
+            for (int64_t t = 0; t < T; t++)
+                qp[t] = (int32_t)(next - T + t);
+            void *dq = dput(&e, LH_DTYPE_F32, q, nq), *dk = dput(&e, LH_DTYPE_F32, k, nk);
+            void *dv = dput(&e, LH_DTYPE_F32, v, nk), *dout = dnew(&e, (size_t)nq * sizeof(float));
+            lh_tensor hq = kt_t3(LH_DTYPE_F32, q, T, H, D), hk = kt_t3(LH_DTYPE_F32, k, S, KVH, D);
+            lh_tensor hv = kt_t3(LH_DTYPE_F32, v, S, KVH, D), ho = kt_t3(LH_DTYPE_F32, oc, T, H, D);
+            lh_tensor gq = on_gpu(kt_t3(LH_DTYPE_F32, dq, T, H, D));
+            lh_tensor gk = on_gpu(kt_t3(LH_DTYPE_F32, dk, S, KVH, D));
+            lh_tensor gv = on_gpu(kt_t3(LH_DTYPE_F32, dv, S, KVH, D));
+            lh_tensor go = on_gpu(kt_t3(LH_DTYPE_F32, dout, T, H, D));
+            const float scale = 1.0f / sqrtf((float)D), cap = caps[cj];
+            const int64_t w = cases[ci].window;
+            char what[160];
+            snprintf(what, sizeof what,
+                     "attention%s softcap %g T %lld S %lld H %lld KVH %lld D %lld window %lld",
+                     ring ? "_positions" : "", (double)cap, (long long)T, (long long)S,
+                     (long long)H, (long long)KVH, (long long)D, (long long)w);
+            bool ran;
+            if (ring)
+                ran = OK(e.c, lh_k_attention_positions(e.c, &hq, &hk, &hv, qp, kp, scale, cap, w,
+                                                       ns, &ho)) &&
+                      OK(e.g, lh_k_attention_positions(e.g, &gq, &gk, &gv, qp, kp, scale, cap, w,
+                                                       ns, &go));
+            else
+                ran = OK(e.c, lh_k_attention(e.c, &hq, &hk, &hv, qp, scale, cap, w, &ho)) &&
+                      OK(e.g, lh_k_attention(e.g, &gq, &gk, &gv, qp, scale, cap, w, &go));
+            if (ran && dget(&e, LH_DTYPE_F32, og, dout, nq))
+                CMP(what, og, oc, nq, 1e-5, 0.0, NULL);
+            env_drop(&e);
+            free(q);
+            free(k);
+            free(v);
+            free(oc);
+            free(og);
+            free(qp);
+            free(kp);
+        }
     env_close(&e);
 }
 
@@ -1685,9 +2033,10 @@ static bool pwrite(genv *e, gpool *p, const pbatch *b, const int64_t *from, cons
 static void paged_case(genv *e, lh_dtype kdt, lh_dtype vdt, lh_kv_layout lay, int64_t bs,
                        int variant, bool bounds)
 {
-    static const char *const vnames[6] = {"dense",          "window 100, 4 splits",
+    static const char *const vnames[7] = {"dense",          "window 100, 4 splits",
                                           "chunk 64",       "fused rope (default)",
-                                          "sparse top-2 local 1", "fused dynamic rope, sparse covering, window"};
+                                          "sparse top-2 local 1", "fused dynamic rope, sparse covering, window",
+                                          "fused longrope, partial rotary"};
     const int64_t H = 8, KVH = 2, D = variant % 2 ? 128 : 64, T = P_T, nq = T * H * D;
     const bool sums = variant >= 4 || bs == 16;
     char what[256];
@@ -1704,7 +2053,28 @@ static void paged_case(genv *e, lh_dtype kdt, lh_dtype vdt, lh_kv_layout lay, in
         lh_k_rope_free(&rope_def);
         return;
     }
-    const lh_rope *rope = variant == 3 ? &rope_def : variant == 5 ? &rope_dyn : NULL;
+    /* longrope over half of each head, original 256: sequences (and history writes) on both
+     * sides of it */
+    lh_rope rope_lr;
+    double lr_f[64];
+    for (int i = 0; i < 32; i++) {
+        lr_f[i] = 1.0 + 0.125 * i;
+        lr_f[32 + i] = 1.5 + 0.75 * i * i;
+    }
+    lh_rope_scaling lr = scaling_of("longrope");
+    lr.short_factor = lr_f;
+    lr.long_factor = lr_f + 32;
+    lr.n_factors = D / 4;
+    lr.original_max_position_embeddings = 256;
+    if (!OK(NULL, lh_k_rope_init(&rope_lr, D / 2, 10000.0, &lr, 1024))) {
+        lh_k_rope_free(&rope_def);
+        lh_k_rope_free(&rope_dyn);
+        return;
+    }
+    const lh_rope *rope = variant == 3   ? &rope_def
+                          : variant == 5 ? &rope_dyn
+                          : variant == 6 ? &rope_lr
+                                         : NULL;
     lh_paged_attn_params prm = {.struct_size = sizeof prm, .scale = 1.0f / sqrtf((float)D)};
     switch (variant) {
     case 1:
@@ -1723,6 +2093,7 @@ static void paged_case(genv *e, lh_dtype kdt, lh_dtype vdt, lh_kv_layout lay, in
         prm.sparse_local_blocks = 1;
         prm.sliding_window = 200;
         break;
+    case 6: prm.rope = rope; break;
     default: break;
     }
     OK(e->g, lh_k_ctx_set_bounds(e->g, bounds ? 1024 : 0, bounds ? 1024 : 0));
@@ -1780,6 +2151,7 @@ static void paged_case(genv *e, lh_dtype kdt, lh_dtype vdt, lh_kv_layout lay, in
     pbatch_free(&b);
     lh_k_rope_free(&rope_def);
     lh_k_rope_free(&rope_dyn);
+    lh_k_rope_free(&rope_lr);
 }
 
 static void paged_layout(lh_kv_layout lay)
@@ -1802,6 +2174,9 @@ static void paged_layout(lh_kv_layout lay)
             for (int bo = 0; bo < 2; bo++)
                 paged_case(&e, pairs[pi][0], pairs[pi][1], lay, bss[bi], variant, bo == 1);
         }
+    /* fused longrope (partial rotary, short and long tables by kv_len) */
+    paged_case(&e, LH_DTYPE_F32, LH_DTYPE_F32, lay, 16, 6, false);
+    paged_case(&e, LH_DTYPE_BF16, LH_DTYPE_FP8_E4M3, lay, 1, 6, true);
     env_close(&e);
 }
 
@@ -1847,6 +2222,87 @@ static void test_gpu_bounds_refused(void)
     free(q);
     gpool_free(&p);
     pbatch_free(&b);
+    env_close(&e);
+}
+
+/* Attention-logit soft-capping in the paged kernels: the mixed batch (the prefill kernel), the
+ * same pool with only its decode rows (every n_new <= 8: the flash-decoding kernel and its
+ * merge), and sparse top-2 selection (by the raw bound, as on the CPU), with q scaled by 12 so
+ * that caps 2 and 5 matter; f32 NHD and fp8-keys / bf16-values HND pools. Against the CPU over
+ * the same pool: 1e-4 absolute (|v| < 2), 5e-4 with fp8 keys. */
+static void test_gpu_paged_softcap(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(1717);
+    static const char *const modes[3] = {"mixed batch", "decode rows only", "sparse top-2"};
+    for (int ci = 0; ci < 2; ci++) {
+        const lh_dtype kdt = ci ? LH_DTYPE_FP8_E4M3 : LH_DTYPE_F32;
+        const lh_dtype vdt = ci ? LH_DTYPE_BF16 : LH_DTYPE_F32;
+        const lh_kv_layout lay = ci ? LH_KV_HND : LH_KV_NHD;
+        const int64_t bs = ci ? 1 : 16, H = 8, KVH = 2, D = 64, T = P_T, nq = T * H * D;
+        char what[160];
+        snprintf(what, sizeof what, "paged softcap k %s v %s %s block %lld", dt_name(kdt),
+                 dt_name(vdt), lay == LH_KV_NHD ? "NHD" : "HND", (long long)bs);
+        pbatch b;
+        pbatch_init(&b, KVH, D, bs);
+        gpool p;
+        gpool_init(&e, &p, kdt, vdt, lay, bs, KVH, D, b.NB, true);
+        int64_t cut[3][PSEQS];
+        for (int s = 0; s < PSEQS; s++) {
+            cut[0][s] = 0;
+            cut[1][s] = b.kv_len[s] - b.n_new[s];
+            cut[2][s] = b.kv_len[s];
+        }
+        bool ok = pwrite(&e, &p, &b, cut[0], cut[1], NULL, what) &&
+                  pwrite(&e, &p, &b, cut[1], cut[2], NULL, what);
+        float *q = xcalloc((size_t)nq, sizeof(float)), *oc = xcalloc((size_t)nq, sizeof(float));
+        float *og = xcalloc((size_t)nq, sizeof(float));
+        fill_uniform(q, nq, 12.0f);
+        void *dq = dput(&e, LH_DTYPE_F32, q, nq), *dout = dnew(&e, (size_t)nq * sizeof(float));
+        ok = ok && dq && dout && gpool_push(&e, &p); /* both attend over the CPU's pool */
+        /* decode rows only: the sequences with n_new > 8 contribute no rows */
+        int64_t n_dec[PSEQS];
+        for (int s = 0; s < PSEQS; s++)
+            n_dec[s] = b.n_new[s] <= 8 ? b.n_new[s] : 0;
+        for (int mode = 0; ok && mode < 3; mode++)
+            for (int cj = 0; cj < 2; cj++) {
+                lh_paged_attn_params prm = {.struct_size = sizeof prm,
+                                            .scale = 1.0f / sqrtf((float)D),
+                                            .softcap = cj ? 5.0f : 2.0f};
+                if (mode == 2) {
+                    prm.sparse_top_k = 2;
+                    prm.sparse_local_blocks = 1;
+                }
+                lh_paged_batch pb = {.struct_size = sizeof pb, .n_seqs = PSEQS,
+                                     .token_start = b.tok0, .n_new = mode == 1 ? n_dec : b.n_new,
+                                     .kv_len = b.kv_len, .positions = b.pos,
+                                     .block_tables = b.tables, .n_blocks = b.n_blocks};
+                for (int64_t i = 0; i < nq; i++)
+                    oc[i] = SENTINEL; /* rows of no sequence stay SENTINEL on both */
+                if (!dset(&e, LH_DTYPE_F32, dout, oc, nq))
+                    break;
+                lh_tensor hq = kt_t3(LH_DTYPE_F32, q, T, H, D);
+                lh_tensor ho = kt_t3(LH_DTYPE_F32, oc, T, H, D);
+                lh_tensor gq = on_gpu(kt_t3(LH_DTYPE_F32, dq, T, H, D));
+                lh_tensor go = on_gpu(kt_t3(LH_DTYPE_F32, dout, T, H, D));
+                char w2[240];
+                snprintf(w2, sizeof w2, "%s, %s, softcap %g", what, modes[mode],
+                         (double)prm.softcap);
+                if (OK(e.c, lh_k_paged_attention_batch(e.c, &hq, &p.hkv, &pb, &prm, &ho)) &&
+                    OK(e.g, lh_k_paged_attention_batch(e.g, &gq, &p.dkv, &pb, &prm, &go)) &&
+                    dget(&e, LH_DTYPE_F32, og, dout, nq))
+                    CMP(w2, og, oc, nq, ci ? 5e-4 : 1e-4, 0.0, NULL);
+            }
+        env_drop(&e);
+        free(q);
+        free(oc);
+        free(og);
+        gpool_free(&p);
+        pbatch_free(&b);
+    }
     env_close(&e);
 }
 
@@ -2184,6 +2640,130 @@ static void test_gpu_graph(void)
     free(og2);
 }
 
+/* A GPT-2-style embedding step under a CUDA graph: h = tok_emb[tok] + pos_emb[pos]
+ * (lh_k_embedding, lh_k_embedding_add), y = gelu(layernorm(h)), softcap(y), y += h. Eager
+ * runs with two id sets, then the step captured with the first and replayed with the second:
+ * the ids are staged afresh in the dry run (as lh_k_embedding's), so the replay asks for no
+ * rerun and reproduces the eager outputs (the same kernels and launch shapes: 1e-6 absolute,
+ * as test_gpu_graph). */
+#define NG_T 7
+typedef struct nn_step {
+    genv *e;
+    int64_t V, P, D;
+    void *dtok, *dpos, *dw, *db, *dh, *dy;
+} nn_step;
+
+static lh_status nn_step_run(nn_step *st, const int32_t *tok, const int32_t *pos)
+{
+    lh_kctx *g = st->e->g;
+    lh_tensor ttab = on_gpu(kt_t2(LH_DTYPE_BF16, st->dtok, st->V, st->D));
+    lh_tensor ptab = on_gpu(kt_t2(LH_DTYPE_F32, st->dpos, st->P, st->D));
+    lh_tensor w = on_gpu(kt_t1(LH_DTYPE_F32, st->dw, st->D));
+    lh_tensor b = on_gpu(kt_t1(LH_DTYPE_F16, st->db, st->D));
+    lh_tensor h = on_gpu(kt_t2(LH_DTYPE_F32, st->dh, NG_T, st->D));
+    lh_tensor y = on_gpu(kt_t2(LH_DTYPE_F32, st->dy, NG_T, st->D));
+    lh_status s = lh_k_embedding(g, &ttab, tok, NG_T, &h);
+    if (s == LH_OK)
+        s = lh_k_embedding_add(g, &ptab, pos, NG_T, &h);
+    if (s == LH_OK)
+        s = lh_k_layernorm(g, &h, &w, &b, 1e-5f, &y);
+    if (s == LH_OK)
+        s = lh_k_gelu(g, &y, &y);
+    if (s == LH_OK)
+        s = lh_k_softcap(g, &y, 2.0f);
+    if (s == LH_OK)
+        s = lh_k_add(g, &y, &h);
+    if (s != LH_OK)
+        FAILF("nn graph step: %s", lh_k_last_error(g));
+    return s;
+}
+
+static void test_gpu_nn_graph(void)
+{
+    NEED_REAL_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(2501);
+    nn_step st;
+    memset(&st, 0, sizeof st);
+    st.e = &e;
+    st.V = 300;
+    st.P = 64;
+    st.D = 96;
+    const int64_t no = NG_T * st.D;
+    void *tok = xcalloc((size_t)(st.V * st.D), sizeof(uint16_t)), *b = xcalloc((size_t)st.D, sizeof(uint16_t));
+    float *tref = xcalloc((size_t)(st.V * st.D), sizeof(float)), *bref = xcalloc((size_t)st.D, sizeof(float));
+    float *pos = xcalloc((size_t)(st.P * st.D), sizeof(float)), *w = xcalloc((size_t)st.D, sizeof(float));
+    kt_fill_w(LH_DTYPE_BF16, tok, tref, st.V * st.D, 1.0f);
+    kt_fill_w(LH_DTYPE_F16, b, bref, st.D, 0.5f);
+    fill_uniform(pos, st.P * st.D, 0.5f);
+    for (int64_t i = 0; i < st.D; i++)
+        w[i] = 1.0f + 0.5f * kt_uniform();
+    st.dtok = dput(&e, LH_DTYPE_BF16, tok, st.V * st.D);
+    st.dpos = dput(&e, LH_DTYPE_F32, pos, st.P * st.D);
+    st.dw = dput(&e, LH_DTYPE_F32, w, st.D);
+    st.db = dput(&e, LH_DTYPE_F16, b, st.D);
+    st.dh = dnew(&e, (size_t)no * sizeof(float));
+    st.dy = dnew(&e, (size_t)no * sizeof(float));
+    static const int32_t tok1[NG_T] = {5, 299, 17, 17, 0, 42, 101};
+    static const int32_t pos1[NG_T] = {0, 1, 2, 3, 4, 5, 6};
+    static const int32_t tok2[NG_T] = {250, 3, 3, 77, 199, 1, 0};
+    static const int32_t pos2[NG_T] = {40, 41, 42, 43, 63, 7, 8};
+    float *oe1 = xcalloc((size_t)no, sizeof(float)), *oe2 = xcalloc((size_t)no, sizeof(float));
+    float *og = xcalloc((size_t)no, sizeof(float));
+    bool ok = nn_step_run(&st, tok1, pos1) == LH_OK && dget(&e, LH_DTYPE_F32, oe1, st.dy, no) &&
+              nn_step_run(&st, tok2, pos2) == LH_OK && dget(&e, LH_DTYPE_F32, oe2, st.dy, no);
+    lh_k_graph *g = NULL;
+    if (ok && OK(e.g, lh_k_graph_create(e.g, &g))) {
+        bool rerun = true;
+        for (int attempt = 0; attempt < 3 && rerun; attempt++) {
+            if (!OK(e.g, lh_k_graph_begin(e.g, g)))
+                break;
+            if (nn_step_run(&st, tok1, pos1) != LH_OK) {
+                lh_k_graph_abort(e.g, g);
+                break;
+            }
+            if (!OK(e.g, lh_k_graph_end(e.g, g, &rerun)))
+                break;
+            if (!rerun && dget(&e, LH_DTYPE_F32, og, st.dy, no))
+                CMP("nn graph capture vs eager", og, oe1, no, 1e-6, 0.0, NULL);
+        }
+        if (rerun)
+            FAILF("the nn graph was not captured");
+        rerun = true;
+        if (OK(e.g, lh_k_graph_begin(e.g, g))) {
+            if (nn_step_run(&st, tok2, pos2) == LH_OK) {
+                if (OK(e.g, lh_k_graph_end(e.g, g, &rerun))) {
+                    if (rerun)
+                        FAILF("nn graph replay with new ids asked for a rerun (ids must be "
+                              "staged, launches must depend on shapes only)");
+                    else if (dget(&e, LH_DTYPE_F32, og, st.dy, no))
+                        CMP("nn graph replay vs eager", og, oe2, no, 1e-6, 0.0, NULL);
+                }
+            } else {
+                lh_k_graph_abort(e.g, g);
+            }
+        }
+        int64_t captures = -1, replays = -1;
+        lh_k_graph_counts(g, &captures, &replays);
+        if (captures != 1 || replays != 1)
+            FAILF("lh_k_graph_counts: %lld captures and %lld replays, expected 1 and 1",
+                  (long long)captures, (long long)replays);
+    }
+    lh_k_graph_free(g);
+    env_close(&e);
+    free(tok);
+    free(b);
+    free(tref);
+    free(bref);
+    free(pos);
+    free(w);
+    free(oe1);
+    free(oe2);
+    free(og);
+}
+
 /* ---- registration --------------------------------------------------------------------------- */
 
 static CU_TestInfo nogpu_tests[] = {
@@ -2210,13 +2790,21 @@ static CU_TestInfo gpu_tests[] = {
     {"rope_apply: default, partial, linear, dynamic, llama3, yarn", test_gpu_rope},
     {"attention: contiguous, GQA, sliding window", test_gpu_attention},
     {"attention_positions: ring, window, sinks, empty slots", test_gpu_attention_positions},
+    {"attention, both entry points: logit soft-capping", test_gpu_attention_softcap},
     {"gelu_tanh_mul, aliasing", test_gpu_gelu_tanh_mul},
     {"scale", test_gpu_scale},
     {"paged kv write + attention batch, NHD", test_gpu_paged_nhd},
     {"paged kv write + attention batch, HND", test_gpu_paged_hnd},
     {"paged: calls beyond the bounds are refused", test_gpu_bounds_refused},
+    {"paged attention batch: logit soft-capping (decode, prefill, sparse)",
+     test_gpu_paged_softcap},
     {"sampling: ids and probabilities", test_gpu_sampling},
     {"CUDA graphs: capture, replay with new inputs", test_gpu_graph},
+    {"layernorm: w/b dtypes, no bias, aliasing", test_gpu_layernorm},
+    {"gelu, gelu_tanh, gelu_mul, aliasing", test_gpu_gelus},
+    {"softcap, add (y == x too)", test_gpu_softcap_add},
+    {"embedding_add, every table dtype", test_gpu_embedding_add},
+    {"CUDA graphs: embedding_add ids staged in the dry run", test_gpu_nn_graph},
     CU_TEST_INFO_NULL,
 };
 

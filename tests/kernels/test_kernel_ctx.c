@@ -216,7 +216,7 @@ static void test_ctx_create_free_repeatedly(void)
             int32_t pos[2] = {1, 2};
             lh_tensor tq = kt_t3(LH_DTYPE_F32, q, 2, 1, 4), tk = kt_t3(LH_DTYPE_F32, k, 3, 1, 4);
             lh_tensor tv = kt_t3(LH_DTYPE_F32, vv, 3, 1, 4), to = kt_t3(LH_DTYPE_F32, o, 2, 1, 4);
-            CU_ASSERT_EQUAL(lh_k_attention(ctx, &tq, &tk, &tv, pos, 0.5f, 0, &to), LH_OK);
+            CU_ASSERT_EQUAL(lh_k_attention(ctx, &tq, &tk, &tv, pos, 0.5f, 0.0f, 0, &to), LH_OK);
         }
         lh_k_ctx_free(ctx);
     }

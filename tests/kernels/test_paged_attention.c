@@ -24,7 +24,9 @@
  *  - split into many partitions (n_splits 5 and 1000, and automatic): equal to the unsplit
  *    result within 2e-6 * max|v| + 1e-7 (float rounding of the merge), and the thread count
  *    changes nothing (bit-identical with 1 and 3 threads).
- * Block sizes 1, 16 and 64, layouts NHD and HND, dtypes f32, bf16, f16 and fp8 e4m3, each ISA. */
+ * Block sizes 1, 16 and 64, layouts NHD and HND, dtypes f32, bf16, f16 and fp8 e4m3, each ISA.
+ * The same checks with attention-logit soft-capping on inputs where the cap matters
+ * (paged_softcap). */
 #include "ktest.h"
 
 /* ---- fp8 ------------------------------------------------------------------------------------ */
@@ -285,18 +287,53 @@ static const lh_dtype KV_DTYPES[4] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16,
 static const int64_t BLOCK_SIZES[3] = {1, 16, 64};
 
 static lh_status run_paged(lh_kctx *ctx, const tpool *p, const float *q, const int32_t *qpos,
-                           const struct pcase *c, int64_t n_splits, float *out)
+                           const struct pcase *c, int64_t n_splits, float softcap, float *out)
 {
     lh_tensor tq = kt_t3(LH_DTYPE_F32, (float *)q, c->T, c->H, c->D);
     lh_tensor to = kt_t3(LH_DTYPE_F32, out, c->T, c->H, c->D);
     lh_paged_attn_params prm = {.struct_size = sizeof prm, .scale = 1.0f / sqrtf((float)c->D),
                                 .sliding_window = c->window, .chunk_size = c->chunk,
-                                .n_splits = n_splits};
+                                .n_splits = n_splits, .softcap = softcap};
     lh_status st = lh_k_paged_attention(ctx, &tq, &p->kv, p->table, p->n_table, c->S, qpos, &prm,
                                         &to);
     if (st != LH_OK)
         printf("\n    %s", lh_k_last_error(ctx));
     return st;
+}
+
+/* Writes k, v ([S, KVH, D]) into p the way a sequence fills its cache -- a prefill piece of
+ * S / 2 tokens, then appends of 1..5 -- and reads back what the pool holds into kd, vd,
+ * checking the stored values into *stored; returns max|vd|. */
+static double tpool_fill(lh_kctx *ctx, tpool *p, const float *k, const float *v, int64_t S,
+                         float *kd, float *vd, kt_cmp *stored)
+{
+    int64_t pos = S / 2;
+    lh_status st = tpool_write(ctx, p, k, v, 0, pos);
+    while (st == LH_OK && pos < S) {
+        int64_t n = 1 + (int64_t)(kt_u64() % 5);
+        if (pos + n > S)
+            n = S - pos;
+        st = tpool_write(ctx, p, k, v, pos, pos + n);
+        pos += n;
+    }
+    CU_ASSERT_EQUAL_FATAL(st, LH_OK);
+    const int64_t KVH = p->KVH, D = p->D, nkv = S * KVH * D;
+    double vmax = 0;
+    for (int64_t i = 0; i < nkv; i++) {
+        int64_t pp = i / (KVH * D), h = (i / D) % KVH, d = i % D;
+        kd[i] = tpool_get(p, 0, pp, h, d);
+        vd[i] = tpool_get(p, 1, pp, h, d);
+        vmax = fmax(vmax, fabs(vd[i]));
+        if (p->dt == LH_DTYPE_FP8_E4M3) {
+            int64_t si = p->table[pp / p->bs] * KVH + h;
+            kt_check(stored, (long)i, kd[i], k[i], 0.0626 * fabs(k[i]) + 0.001953125 * p->ks[si]);
+            kt_check(stored, (long)i, vd[i], v[i], 0.0626 * fabs(v[i]) + 0.001953125 * p->vs[si]);
+        } else {
+            kt_check(stored, (long)i, kd[i], kt_round_to(p->dt, k[i]), 0);
+            kt_check(stored, (long)i, vd[i], kt_round_to(p->dt, v[i]), 0);
+        }
+    }
+    return vmax;
 }
 
 static void paged_vs_reference(lh_k_isa isa)
@@ -337,41 +374,14 @@ static void paged_vs_reference(lh_k_isa isa)
                              c->name, dt_str(dt), (long long)bs, li ? "HND" : "NHD");
                     tpool p;
                     tpool_init(&p, dt, li ? LH_KV_HND : LH_KV_NHD, bs, c->KVH, c->D, c->S, 3);
-                    /* a prefill piece, then appends of 1..5 tokens */
-                    int64_t pos = c->S / 2;
-                    lh_status st = tpool_write(c2, &p, k, v, 0, pos);
-                    while (st == LH_OK && pos < c->S) {
-                        int64_t n = 1 + (int64_t)(kt_u64() % 5);
-                        if (pos + n > c->S)
-                            n = c->S - pos;
-                        st = tpool_write(c2, &p, k, v, pos, pos + n);
-                        pos += n;
-                    }
-                    CU_ASSERT_EQUAL_FATAL(st, LH_OK);
                     /* what the pool holds */
                     kt_cmp stored = {0};
-                    double vmax = 0;
-                    for (int64_t i = 0; i < nkv; i++) {
-                        int64_t pp = i / (c->KVH * c->D), h = (i / c->D) % c->KVH, d = i % c->D;
-                        kd[i] = tpool_get(&p, 0, pp, h, d);
-                        vd[i] = tpool_get(&p, 1, pp, h, d);
-                        vmax = fmax(vmax, fabs(vd[i]));
-                        if (dt == LH_DTYPE_FP8_E4M3) {
-                            int64_t si = p.table[pp / bs] * c->KVH + h;
-                            kt_check(&stored, (long)i, kd[i], k[i],
-                                     0.0626 * fabs(k[i]) + 0.001953125 * p.ks[si]);
-                            kt_check(&stored, (long)i, vd[i], v[i],
-                                     0.0626 * fabs(v[i]) + 0.001953125 * p.vs[si]);
-                        } else {
-                            kt_check(&stored, (long)i, kd[i], kt_round_to(dt, k[i]), 0);
-                            kt_check(&stored, (long)i, vd[i], kt_round_to(dt, v[i]), 0);
-                        }
-                    }
+                    const double vmax = tpool_fill(c2, &p, k, v, c->S, kd, vd, &stored);
                     KT_REPORT(stored, what);
                     const double tol = 2e-5 * vmax + 1e-6, tol_split = 2e-6 * vmax + 1e-7;
                     /* unsplit, automatic, and forced splits */
-                    CU_ASSERT_EQUAL(run_paged(c2, &p, q, qpos, c, 1, o1), LH_OK);
-                    CU_ASSERT_EQUAL(run_paged(c2, &p, q, qpos, c, 0, o), LH_OK);
+                    CU_ASSERT_EQUAL(run_paged(c2, &p, q, qpos, c, 1, 0.0f, o1), LH_OK);
+                    CU_ASSERT_EQUAL(run_paged(c2, &p, q, qpos, c, 0, 0.0f, o), LH_OK);
                     kt_attn_ref(q, kd, vd, qpos, c->T, c->H, c->KVH, c->D, c->D, c->S,
                                 1.0f / sqrtf((float)c->D), c->window, c->chunk, ref);
                     kt_cmp cr = {0}, cr1 = {0}, csp = {0};
@@ -385,7 +395,7 @@ static void paged_vs_reference(lh_k_isa isa)
                     KT_REPORT(cr1, what);
                     KT_REPORT(csp, what);
                     for (int64_t ns = 5; ns <= 1000; ns *= 200) {
-                        CU_ASSERT_EQUAL(run_paged(c2, &p, q, qpos, c, ns, os), LH_OK);
+                        CU_ASSERT_EQUAL(run_paged(c2, &p, q, qpos, c, ns, 0.0f, os), LH_OK);
                         kt_cmp cs = {0};
                         for (int64_t i = 0; i < nq; i++) {
                             kt_check(&cs, (long)i, os[i], o1[i], tol_split);
@@ -394,9 +404,9 @@ static void paged_vs_reference(lh_k_isa isa)
                         KT_REPORT(cs, what);
                     }
                     /* thread count: bit-identical */
-                    CU_ASSERT_EQUAL(run_paged(c1, &p, q, qpos, c, 0, ot), LH_OK);
+                    CU_ASSERT_EQUAL(run_paged(c1, &p, q, qpos, c, 0, 0.0f, ot), LH_OK);
                     CU_ASSERT_EQUAL(memcmp(ot, o, (size_t)nq * sizeof(float)), 0);
-                    CU_ASSERT_EQUAL(run_paged(c3, &p, q, qpos, c, 0, ot), LH_OK);
+                    CU_ASSERT_EQUAL(run_paged(c3, &p, q, qpos, c, 0, 0.0f, ot), LH_OK);
                     CU_ASSERT_EQUAL(memcmp(ot, o, (size_t)nq * sizeof(float)), 0);
                     /* unsplit == lh_k_attention on the same values, bit for bit */
                     if (c->chunk == 0) {
@@ -405,7 +415,8 @@ static void paged_vs_reference(lh_k_isa isa)
                         lh_tensor tv = kt_t3(LH_DTYPE_F32, vd, c->S, c->KVH, c->D);
                         lh_tensor to = kt_t3(LH_DTYPE_F32, oc, c->T, c->H, c->D);
                         CU_ASSERT_EQUAL(lh_k_attention(c2, &tq, &tk, &tv, qpos,
-                                                       1.0f / sqrtf((float)c->D), c->window, &to),
+                                                       1.0f / sqrtf((float)c->D), 0.0f,
+                                                       c->window, &to),
                                         LH_OK);
                         bool same = memcmp(oc, o1, (size_t)nq * sizeof(float)) == 0;
                         if (!same)
@@ -435,6 +446,147 @@ static void paged_vs_reference(lh_k_isa isa)
     lh_k_ctx_free(c3);
 }
 KT_ISA_TESTS(paged_vs_reference)
+
+/* ---- attention-logit soft-capping (Gemma 2) ---------------------------------------------------
+ *
+ * score = cap * tanh(score / cap) after q.k * scale, before the masks and the softmax, on
+ * shapes where the cap matters: q is scaled by 12, so raw scores reach about +-15 against caps
+ * of 2, 3.5 and 5 (the capped reference differs from the uncapped one by more than a tenth of
+ * max|v|). Checked: vs the capped double-precision reference on the read-back values within
+ * the tolerance of the test above, 2e-5 * max|v| + 1e-6; unsplit and unchunked ==
+ * lh_k_attention with the same cap, bit for bit; splits (automatic, 5, 1000) == unsplit within
+ * 2e-6 * max|v| + 1e-7; 1 and 3 threads bit-identical to 2. */
+static const struct pcase SoftcapCases[] = {
+    {"decode long context GQA 4/2", 1, 4, 2, 32, 1000, 0, 0, false},
+    {"decode batch-of-3 queries, MHA 3/3", 3, 3, 3, 16, 520, 0, 0, false},
+    {"prefill at the end of the cache, MHA 4/4", 20, 4, 4, 16, 100, 0, 0, false},
+    {"prefill from 0, GQA 4/2, D 8", 30, 4, 2, 8, 30, 0, 0, true},
+    {"prefill sliding window 20", 7, 4, 2, 32, 150, 20, 0, false},
+    {"decode sliding window 16", 1, 4, 1, 64, 500, 16, 0, false},
+    {"prefill chunked 32", 40, 4, 2, 16, 120, 0, 32, false},
+};
+
+static void paged_softcap(lh_k_isa isa)
+{
+    lh_kctx *c2 = kt_ctx(2, isa), *c1 = kt_ctx(1, isa), *c3 = kt_ctx(3, isa);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c3);
+    kt_seed(2525);
+    static const lh_dtype dts[3] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_FP8_E4M3};
+    static const int64_t bss[2] = {1, 16};
+    static const float caps[3] = {2.0f, 3.5f, 5.0f};
+    long runs = 0;
+    double worst_split = 0, worst_ref = 0, cap_effect = 0;
+    for (size_t ci = 0; ci < sizeof SoftcapCases / sizeof *SoftcapCases; ci++) {
+        const struct pcase *c = &SoftcapCases[ci];
+        const int64_t nq = c->T * c->H * c->D, nkv = c->S * c->KVH * c->D;
+        const float scale = 1.0f / sqrtf((float)c->D);
+        float *q = malloc((size_t)nq * sizeof(float));
+        float *k = malloc((size_t)nkv * sizeof(float)), *v = malloc((size_t)nkv * sizeof(float));
+        float *kd = malloc((size_t)nkv * sizeof(float)), *vd = malloc((size_t)nkv * sizeof(float));
+        float *o = malloc((size_t)nq * sizeof(float)), *o1 = malloc((size_t)nq * sizeof(float));
+        float *os = malloc((size_t)nq * sizeof(float)), *oc = malloc((size_t)nq * sizeof(float));
+        float *ot = malloc((size_t)nq * sizeof(float));
+        double *ref = malloc((size_t)nq * sizeof(double));
+        double *ref0 = malloc((size_t)nq * sizeof(double));
+        int32_t *qpos = malloc((size_t)c->T * sizeof(int32_t));
+        for (int64_t i = 0; i < nq; i++)
+            q[i] = kt_uniform() * 12.0f;
+        for (int64_t i = 0; i < nkv; i++) {
+            k[i] = kt_uniform();
+            v[i] = kt_uniform() * 2.0f;
+        }
+        for (int64_t t = 0; t < c->T; t++)
+            qpos[t] = (int32_t)(c->from_zero ? t : c->S - c->T + t);
+        for (int di = 0; di < 3; di++)
+            for (int bi = 0; bi < 2; bi++) {
+                const lh_dtype dt = dts[di];
+                const int64_t bs = bss[bi];
+                const bool hnd = (ci + (size_t)di + (size_t)bi) % 2 != 0;
+                tpool p;
+                tpool_init(&p, dt, hnd ? LH_KV_HND : LH_KV_NHD, bs, c->KVH, c->D, c->S, 2);
+                kt_cmp stored = {0};
+                const double vmax = tpool_fill(c2, &p, k, v, c->S, kd, vd, &stored);
+                KT_REPORT(stored, c->name);
+                const double tol = 2e-5 * vmax + 1e-6, tol_split = 2e-6 * vmax + 1e-7;
+                kt_attn_ref(q, kd, vd, qpos, c->T, c->H, c->KVH, c->D, c->D, c->S, scale,
+                            c->window, c->chunk, ref0);
+                for (int cj = 0; cj < 3; cj++) {
+                    const float cap = caps[cj];
+                    char what[200];
+                    snprintf(what, sizeof what, "%s softcap %g %s: %s, block %lld, %s",
+                             lh_k_isa_name(isa), (double)cap, c->name, dt_str(dt), (long long)bs,
+                             hnd ? "HND" : "NHD");
+                    CU_ASSERT_EQUAL(run_paged(c2, &p, q, qpos, c, 1, cap, o1), LH_OK);
+                    CU_ASSERT_EQUAL(run_paged(c2, &p, q, qpos, c, 0, cap, o), LH_OK);
+                    kt_attn_ref_capped(q, kd, vd, qpos, c->T, c->H, c->KVH, c->D, c->D, c->S,
+                                       scale, c->window, c->chunk, cap, ref);
+                    kt_cmp cr = {0}, cr1 = {0}, csp = {0};
+                    for (int64_t i = 0; i < nq; i++) {
+                        kt_check(&cr, (long)i, o[i], ref[i], tol);
+                        kt_check(&cr1, (long)i, o1[i], ref[i], tol);
+                        kt_check(&csp, (long)i, o[i], o1[i], tol_split);
+                        worst_split = fmax(worst_split, fabs(o[i] - o1[i]) / vmax);
+                        worst_ref = fmax(worst_ref, fabs(o1[i] - ref[i]) / vmax);
+                        cap_effect = fmax(cap_effect, fabs(ref[i] - ref0[i]) / vmax);
+                    }
+                    KT_REPORT(cr, what);
+                    KT_REPORT(cr1, what);
+                    KT_REPORT(csp, what);
+                    for (int64_t ns = 5; ns <= 1000; ns *= 200) {
+                        CU_ASSERT_EQUAL(run_paged(c2, &p, q, qpos, c, ns, cap, os), LH_OK);
+                        kt_cmp cs = {0};
+                        for (int64_t i = 0; i < nq; i++) {
+                            kt_check(&cs, (long)i, os[i], o1[i], tol_split);
+                            worst_split = fmax(worst_split, fabs(os[i] - o1[i]) / vmax);
+                        }
+                        KT_REPORT(cs, what);
+                    }
+                    CU_ASSERT_EQUAL(run_paged(c1, &p, q, qpos, c, 0, cap, ot), LH_OK);
+                    CU_ASSERT_EQUAL(memcmp(ot, o, (size_t)nq * sizeof(float)), 0);
+                    CU_ASSERT_EQUAL(run_paged(c3, &p, q, qpos, c, 0, cap, ot), LH_OK);
+                    CU_ASSERT_EQUAL(memcmp(ot, o, (size_t)nq * sizeof(float)), 0);
+                    if (c->chunk == 0) { /* the contiguous kernel with the same cap */
+                        lh_tensor tq = kt_t3(LH_DTYPE_F32, q, c->T, c->H, c->D);
+                        lh_tensor tk = kt_t3(LH_DTYPE_F32, kd, c->S, c->KVH, c->D);
+                        lh_tensor tv = kt_t3(LH_DTYPE_F32, vd, c->S, c->KVH, c->D);
+                        lh_tensor to = kt_t3(LH_DTYPE_F32, oc, c->T, c->H, c->D);
+                        CU_ASSERT_EQUAL(lh_k_attention(c2, &tq, &tk, &tv, qpos, scale, cap,
+                                                       c->window, &to),
+                                        LH_OK);
+                        bool same = memcmp(oc, o1, (size_t)nq * sizeof(float)) == 0;
+                        if (!same)
+                            printf("\n    FAIL %s: unsplit differs from lh_k_attention", what);
+                        CU_ASSERT_TRUE(same);
+                    }
+                    runs++;
+                }
+                tpool_free(&p);
+            }
+        free(q);
+        free(k);
+        free(v);
+        free(kd);
+        free(vd);
+        free(o);
+        free(o1);
+        free(os);
+        free(oc);
+        free(ot);
+        free(ref);
+        free(ref0);
+        free(qpos);
+    }
+    printf("\n    %s: %ld configurations; worst |out - ref| / max|v| = %.3g, |split - unsplit| / "
+           "max|v| = %.3g; the cap moves the output by up to %.3g max|v|",
+           lh_k_isa_name(isa), runs, worst_ref, worst_split, cap_effect);
+    CU_ASSERT_TRUE(cap_effect > 0.1); /* the shapes are ones where the cap matters */
+    lh_k_ctx_free(c1);
+    lh_k_ctx_free(c2);
+    lh_k_ctx_free(c3);
+}
+KT_ISA_TESTS(paged_softcap)
 
 /* Mask boundaries with one-hot values: equal scores, v = 2^p, so the output tells which
  * positions were visible. */
@@ -554,6 +706,19 @@ static void test_paged_errors(void)
     prm.scale = INFINITY;
     CU_ASSERT_EQUAL(PA(ctx, &tq, &p.kv, p.table, p.n_table, 10, pos, &prm, &to), LH_E_USAGE);
     prm.scale = 0.3f;
+    /* softcap: finite and >= 0; a struct_size that ends before it reads it as 0 */
+    const float bad_caps[3] = {-1.0f, NAN, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        prm.softcap = bad_caps[i];
+        CU_ASSERT_EQUAL(PA(ctx, &tq, &p.kv, p.table, p.n_table, 10, pos, &prm, &to), LH_E_USAGE);
+        CU_ASSERT_TRUE(kt_contains(lh_k_last_error(ctx), "softcap"));
+        CU_ASSERT_TRUE(kt_contains(lh_k_last_error(ctx), "must be finite and >= 0"));
+    }
+    lh_paged_attn_params no_cap = prm;
+    no_cap.struct_size = offsetof(lh_paged_attn_params, softcap);
+    no_cap.softcap = -5.0f; /* beyond struct_size: never read */
+    CU_ASSERT_EQUAL(PA(ctx, &tq, &p.kv, p.table, p.n_table, 10, pos, &no_cap, &to), LH_OK);
+    prm.softcap = 0.0f;
     /* shapes: heads not a multiple of kv heads, head_dim, out */
     lh_tensor q3 = kt_t3(LH_DTYPE_F32, q, 2, 3, 8), q7 = kt_t3(LH_DTYPE_F32, q, 2, 4, 7);
     lh_tensor o3 = kt_t3(LH_DTYPE_F32, o, 2, 3, 8);
@@ -630,6 +795,9 @@ static CU_TestInfo paged_tests[] = {
     {"vs reference and lh_k_attention (scalar)", paged_vs_reference_scalar},
     {"vs reference and lh_k_attention (avx2)", paged_vs_reference_avx2},
     {"vs reference and lh_k_attention (avx512)", paged_vs_reference_avx512},
+    {"softcap vs reference, == lh_k_attention, split == unsplit (scalar)", paged_softcap_scalar},
+    {"softcap vs reference, == lh_k_attention, split == unsplit (avx2)", paged_softcap_avx2},
+    {"softcap vs reference, == lh_k_attention, split == unsplit (avx512)", paged_softcap_avx512},
     {"causal, window and chunk boundaries", test_paged_mask_boundaries},
     {"fp8 per-block scales", test_paged_fp8_scales},
     {"argument errors", test_paged_errors},

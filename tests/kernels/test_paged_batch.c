@@ -16,7 +16,9 @@
  *    Every pair of key and value dtypes (f32, bf16, f16, fp8 e4m3), block sizes 1, 16, 64,
  *    NHD and HND, each ISA.
  *  - fused RoPE (default, llama3, dynamic with per-sequence lengths past the original
- *    maximum): kv_write_batch with rope on unrotated keys gives the pool (keys, summaries)
+ *    maximum, longrope with partial rotary whose sequences and write chunks fall on both
+ *    sides of the original maximum, so each picks the short or long table by its kv_len):
+ *    kv_write_batch with rope on unrotated keys gives the pool (keys, summaries)
  *    of lh_k_rope_apply (seq_len kv_len) then the unrotated write, byte for byte; attention
  *    with params.rope on unrotated q equals lh_k_rope_apply on q then attention without,
  *    bit for bit, dense and sparse; q and k are not modified.
@@ -28,6 +30,10 @@
  *  - summaries: exact elementwise min / max of the keys as given (before conversion to the
  *    pool's dtype, after rotation), reset by a write that starts at a block's first token,
  *    widened by one that starts inside it; untouched blocks keep their bytes.
+ *  - attention-logit soft-capping (softcap_batch, sparse_softcap_vs_reference): batch == per
+ *    sequence, thread counts, covering sparse == dense, fused RoPE == rotate-then-attend, all
+ *    bit for bit, and the capped reference (the sparse selection by the raw bound), on q
+ *    scaled so that the cap matters.
  *  - errors: sparse without summaries, bad sparse parameters, bad batch fields, overlapping
  *    rows, block tables too short or out of the pool, a physical block written twice,
  *    n_new > kv_len, fused RoPE without positions, fp8 keys or values without their scales;
@@ -383,10 +389,12 @@ static void read_back(const bset *b, const bpool *p, int s, int is_v, float *dst
 }
 
 /* Double-precision attention of one (query, head) over the positions it sees, restricted to
- * the blocks with use[block] (NULL: all). */
-static void ref_row(const float *qv, const float *kd, const float *vd, int64_t kvh, int64_t KVH,
-                    int64_t D, int64_t S, int64_t qp, double scale, int64_t window, int64_t chunk,
-                    const unsigned char *use, int64_t bs, double *out)
+ * the blocks with use[block] (NULL: all); softcap > 0: scores = softcap * tanh(score /
+ * softcap) before the softmax. */
+static void ref_row_capped(const float *qv, const float *kd, const float *vd, int64_t kvh,
+                           int64_t KVH, int64_t D, int64_t S, int64_t qp, double scale,
+                           int64_t window, int64_t chunk, const unsigned char *use, int64_t bs,
+                           double softcap, double *out)
 {
     double m = -INFINITY, sum = 0;
     double *sc = malloc((size_t)S * sizeof(double));
@@ -398,6 +406,8 @@ static void ref_row(const float *qv, const float *kd, const float *vd, int64_t k
         for (int64_t d = 0; d < D; d++)
             s += (double)qv[d] * kd[(p * KVH + kvh) * D + d];
         sc[p] = s * scale;
+        if (softcap > 0)
+            sc[p] = tanh(sc[p] / softcap) * softcap;
         m = fmax(m, sc[p]);
     }
     for (int64_t p = 0; p < S; p++)
@@ -412,6 +422,13 @@ static void ref_row(const float *qv, const float *kd, const float *vd, int64_t k
                 out[d] += w * vd[(p * KVH + kvh) * D + d];
         }
     free(sc);
+}
+
+static void ref_row(const float *qv, const float *kd, const float *vd, int64_t kvh, int64_t KVH,
+                    int64_t D, int64_t S, int64_t qp, double scale, int64_t window, int64_t chunk,
+                    const unsigned char *use, int64_t bs, double *out)
+{
+    ref_row_capped(qv, kd, vd, kvh, KVH, D, S, qp, scale, window, chunk, use, bs, 0.0, out);
 }
 
 #define SENTINEL 12345.0f
@@ -590,9 +607,16 @@ static void fused_rope(lh_k_isa isa)
     lh_rope_scaling llama3 = {.kind = "llama3", .factor = 8.0, .low_freq_factor = 1.0,
                               .high_freq_factor = 4.0, .original_max_position_embeddings = 32};
     lh_rope_scaling dynamic = {.kind = "dynamic", .factor = 2.0};
-    const lh_rope_scaling *kinds[3] = {NULL, &llama3, &dynamic};
-    const int64_t maxpos[3] = {2048, 4096, 64};
-    for (int ri = 0; ri < 3; ri++)
+    /* Phi-3 style: rotary_dim D / 2 (8 factors), original 64 */
+    static const double lr_short[8] = {1.0, 1.1, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0};
+    static const double lr_long[8] = {1.2, 1.9, 3.1, 5.3, 8.7, 13.9, 22.4, 35.0};
+    lh_rope_scaling longrope = {.kind = "longrope", .short_factor = lr_short,
+                                .long_factor = lr_long, .n_factors = 8,
+                                .original_max_position_embeddings = 64};
+    const lh_rope_scaling *kinds[4] = {NULL, &llama3, &dynamic, &longrope};
+    const int64_t maxpos[4] = {2048, 4096, 64, 512};
+    const int64_t rdim[4] = {D, D, D, D / 2};
+    for (int ri = 0; ri < 4; ri++)
         for (int ci = 0; ci < 2; ci++) {
             const lh_dtype kdt = ci ? LH_DTYPE_BF16 : LH_DTYPE_F32;
             const lh_dtype vdt = ci ? LH_DTYPE_FP8_E4M3 : LH_DTYPE_F32;
@@ -601,7 +625,8 @@ static void fused_rope(lh_k_isa isa)
             snprintf(what, sizeof what, "%s rope %s, k %s v %s block %lld", lh_k_isa_name(isa),
                      kinds[ri] ? kinds[ri]->kind : "default", dtn(kdt), dtn(vdt), (long long)bs);
             lh_rope rope;
-            CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&rope, D, 10000.0, kinds[ri], maxpos[ri]), LH_OK);
+            CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&rope, rdim[ri], 10000.0, kinds[ri], maxpos[ri]),
+                                  LH_OK);
             bset b;
             bset_init(&b, seqs, 4, T, H, KVH, D, bs);
             bpool pf, pu;
@@ -777,11 +802,13 @@ static bool ref_select(const float *qv, const float *keys, int64_t S, int64_t KV
     return clear;
 }
 
-static void sparse_vs_reference(lh_k_isa isa)
+/* softcap 0: plain; > 0: q scaled by 12 and the scores of the chosen blocks capped, the
+ * selection still by the raw bound (as the kernels rank) */
+static void sparse_vs_ref(lh_k_isa isa, float softcap)
 {
     lh_kctx *ctx = kt_ctx(2, isa);
     CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
-    kt_seed(1717);
+    kt_seed(softcap > 0 ? 1718 : 1717);
     const int64_t H = 4, KVH = 2, D = 32;
     static const bseq seqs[4] = {{300, 1, 0}, {120, 3, 1}, {40, 40, 4}, {200, 10, 44}};
     const int64_t T = 54, nq = T * H * D;
@@ -789,7 +816,7 @@ static void sparse_vs_reference(lh_k_isa isa)
     float *od = malloc((size_t)nq * sizeof(float));
     double *ref = malloc((size_t)D * sizeof(double));
     for (int64_t i = 0; i < nq; i++)
-        q[i] = kt_uniform();
+        q[i] = kt_uniform() * (softcap > 0 ? 12.0f : 1.0f);
     long rows = 0, unclear = 0, pruned = 0;
     const int64_t bsz[2] = {4, 16};
     for (int bi = 0; bi < 2; bi++)
@@ -810,15 +837,17 @@ static void sparse_vs_reference(lh_k_isa isa)
                                                     .scale = 1.0f / sqrtf((float)D),
                                                     .sliding_window = mv ? 150 : 0,
                                                     .sparse_top_k = top_k,
-                                                    .sparse_local_blocks = local};
+                                                    .sparse_local_blocks = local,
+                                                    .softcap = softcap};
                         lh_paged_attn_params dense = prm;
                         dense.sparse_top_k = dense.sparse_local_blocks = 0;
                         char what[160];
                         snprintf(what, sizeof what,
-                                 "%s block %lld k %s v %s local %lld top_k %lld window %lld",
+                                 "%s block %lld k %s v %s local %lld top_k %lld window %lld "
+                                 "softcap %g",
                                  lh_k_isa_name(isa), (long long)bs, dtn(kdt), dtn(vdt),
                                  (long long)local, (long long)top_k,
-                                 (long long)prm.sliding_window);
+                                 (long long)prm.sliding_window, (double)softcap);
                         CU_ASSERT_EQUAL(attn_batch(ctx, &b, &p, q, &prm, o), LH_OK);
                         CU_ASSERT_EQUAL(attn_batch(ctx, &b, &p, q, &dense, od), LH_OK);
                         kt_cmp cr = {0};
@@ -842,8 +871,9 @@ static void sparse_vs_reference(lh_k_isa isa)
                                         unclear++;
                                         continue;
                                     }
-                                    ref_row(qv, kd, vd, kvh, KVH, D, S, b.pos[row], prm.scale,
-                                            prm.sliding_window, 0, use, bs, ref);
+                                    ref_row_capped(qv, kd, vd, kvh, KVH, D, S, b.pos[row],
+                                                   prm.scale, prm.sliding_window, 0, use, bs,
+                                                   softcap, ref);
                                     bool differs = false;
                                     for (int64_t d = 0; d < D; d++) {
                                         const int64_t i = (row * H + h) * D + d;
@@ -861,8 +891,8 @@ static void sparse_vs_reference(lh_k_isa isa)
             bpool_free(&p);
             bset_free(&b);
         }
-    printf("\n    %s: %ld rows, %ld too close to call, %ld changed by the selection",
-           lh_k_isa_name(isa), rows, unclear, pruned);
+    printf("\n    %s%s: %ld rows, %ld too close to call, %ld changed by the selection",
+           lh_k_isa_name(isa), softcap > 0 ? " (soft-capped)" : "", rows, unclear, pruned);
     CU_ASSERT_TRUE(unclear * 50 < rows); /* the comparison covers nearly every row */
     CU_ASSERT_TRUE(pruned * 4 > rows);   /* and the selection really leaves blocks out */
     free(q);
@@ -871,7 +901,18 @@ static void sparse_vs_reference(lh_k_isa isa)
     free(ref);
     lh_k_ctx_free(ctx);
 }
+
+static void sparse_vs_reference(lh_k_isa isa)
+{
+    sparse_vs_ref(isa, 0.0f);
+}
 KT_ISA_TESTS(sparse_vs_reference)
+
+static void sparse_softcap_vs_reference(lh_k_isa isa)
+{
+    sparse_vs_ref(isa, 3.0f);
+}
+KT_ISA_TESTS(sparse_softcap_vs_reference)
 
 /* Equal bounds: every block holds the same keys, so every candidate ties and the lower
  * logical blocks win; the values differ per block, so the output tells which were chosen. */
@@ -910,6 +951,162 @@ static void test_sparse_ties(void)
     bset_free(&b);
     lh_k_ctx_free(ctx);
 }
+
+/* ---- attention-logit soft-capping ----------------------------------------------------------- */
+
+/* Soft-capping (Gemma 2: score = cap * tanh(score / cap) before the softmax) through the
+ * batched kernel, on inputs where it matters (q scaled by 12: raw scores up to about +-15;
+ * caps 2 and 5): batch == per sequence, bit for bit (a mixed prefill / decode batch, flash-
+ * decoding splits included); 1 and 3 threads == 2; a covering sparse selection == dense; the
+ * capped double-precision reference within 2e-5 max|v| + 1e-6; with windows, chunks and forced
+ * splits (params_variant) over mixed-precision pools. Then fused RoPE with the cap == rotate
+ * then attend with it, bit for bit, dense and sparse. (The sparse selection with the cap
+ * against a reference: sparse_softcap_vs_reference.) */
+static void softcap_batch(lh_k_isa isa)
+{
+    lh_kctx *c1 = kt_ctx(1, isa), *c2 = kt_ctx(2, isa), *c3 = kt_ctx(3, isa);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c3);
+    kt_seed(5150);
+    const int64_t H = 6, KVH = 2, D = 36, T = MIX_T, nq = T * H * D;
+    float *q = malloc((size_t)nq * sizeof(float)), *qr = malloc((size_t)nq * sizeof(float));
+    float *ob = malloc((size_t)nq * sizeof(float)), *op = malloc((size_t)nq * sizeof(float));
+    float *ot = malloc((size_t)nq * sizeof(float));
+    double *ref = malloc((size_t)D * sizeof(double)), *ref0 = malloc((size_t)D * sizeof(double));
+    for (int64_t i = 0; i < nq; i++)
+        q[i] = kt_uniform() * 12.0f;
+    static const lh_dtype kdts[3] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_FP8_E4M3};
+    static const lh_dtype vdts[3] = {LH_DTYPE_F32, LH_DTYPE_FP8_E4M3, LH_DTYPE_F16};
+    static const int64_t bss[2] = {1, 16};
+    static const float caps[2] = {2.0f, 5.0f};
+    long runs = 0;
+    double effect = 0;
+    for (int pi = 0; pi < 3; pi++)
+        for (int bi = 0; bi < 2; bi++) {
+            const lh_dtype kdt = kdts[pi], vdt = vdts[pi];
+            const int64_t bs = bss[bi];
+            bset b;
+            bset_init(&b, MIX, 5, T, H, KVH, D, bs);
+            bpool p;
+            bpool_init(&p, kdt, vdt, (pi + bi) % 2 ? LH_KV_HND : LH_KV_NHD, bs, KVH, D, b.NB,
+                       true);
+            CU_ASSERT_EQUAL_FATAL(bset_fill(c2, &b, &p, NULL, false), LH_OK);
+            for (int pv = 0; pv < 3; pv++)
+                for (int cj = 0; cj < 2; cj++) {
+                    lh_paged_attn_params prm = params_variant(pv, D);
+                    prm.softcap = caps[cj];
+                    char what[160];
+                    snprintf(what, sizeof what, "%s softcap %g k %s v %s block %lld params %d",
+                             lh_k_isa_name(isa), (double)prm.softcap, dtn(kdt), dtn(vdt),
+                             (long long)bs, pv);
+                    fill_sentinel(ob, nq);
+                    fill_sentinel(op, nq);
+                    CU_ASSERT_EQUAL(attn_batch(c2, &b, &p, q, &prm, ob), LH_OK);
+                    CU_ASSERT_EQUAL(attn_per_seq(c2, &b, &p, q, &prm, op), LH_OK);
+                    bool same = memcmp(ob, op, (size_t)nq * sizeof(float)) == 0;
+                    if (!same)
+                        printf("\n    FAIL %s: batch differs from per-sequence calls", what);
+                    CU_ASSERT_TRUE(same);
+                    CU_ASSERT_EQUAL(ob[20 * H * D], SENTINEL); /* the row of no sequence */
+                    lh_kctx *others[2] = {c1, c3};
+                    for (int oi = 0; oi < 2; oi++) {
+                        fill_sentinel(ot, nq);
+                        CU_ASSERT_EQUAL(attn_batch(others[oi], &b, &p, q, &prm, ot), LH_OK);
+                        CU_ASSERT_EQUAL(memcmp(ob, ot, (size_t)nq * sizeof(float)), 0);
+                    }
+                    lh_paged_attn_params cover = prm;
+                    cover.sparse_local_blocks = 1;
+                    cover.sparse_top_k = 1 << 20;
+                    fill_sentinel(ot, nq);
+                    CU_ASSERT_EQUAL(attn_batch(c2, &b, &p, q, &cover, ot), LH_OK);
+                    same = memcmp(ob, ot, (size_t)nq * sizeof(float)) == 0;
+                    if (!same)
+                        printf("\n    FAIL %s: covering sparse selection differs from dense", what);
+                    CU_ASSERT_TRUE(same);
+                    kt_cmp cr = {0};
+                    for (int s = 0; s < b.n; s++) {
+                        if (b.n_new[s] == 0)
+                            continue;
+                        const int64_t S = b.kv_len[s];
+                        float *kd = malloc((size_t)(S * KVH * D) * sizeof(float));
+                        float *vd = malloc((size_t)(S * KVH * D) * sizeof(float));
+                        read_back(&b, &p, s, 0, kd);
+                        read_back(&b, &p, s, 1, vd);
+                        double vmax = 0;
+                        for (int64_t i = 0; i < S * KVH * D; i++)
+                            vmax = fmax(vmax, fabs(vd[i]));
+                        for (int64_t t = 0; t < b.n_new[s]; t++)
+                            for (int64_t h = 0; h < H; h++) {
+                                const int64_t row = b.tok0[s] + t, kvh = h / (H / KVH);
+                                const float *qv = q + (row * H + h) * D;
+                                ref_row_capped(qv, kd, vd, kvh, KVH, D, S, b.pos[row], prm.scale,
+                                               prm.sliding_window, prm.chunk_size, NULL, bs,
+                                               prm.softcap, ref);
+                                ref_row(qv, kd, vd, kvh, KVH, D, S, b.pos[row], prm.scale,
+                                        prm.sliding_window, prm.chunk_size, NULL, bs, ref0);
+                                for (int64_t d = 0; d < D; d++) {
+                                    kt_check(&cr, (long)row, ob[(row * H + h) * D + d], ref[d],
+                                             2e-5 * vmax + 1e-6);
+                                    effect = fmax(effect, fabs(ref[d] - ref0[d]) / vmax);
+                                }
+                            }
+                        free(kd);
+                        free(vd);
+                    }
+                    KT_REPORT(cr, what);
+                    runs++;
+                }
+            bpool_free(&p);
+            bset_free(&b);
+        }
+    /* fused RoPE: the pool holds keys rotated on the way in; q rotated by the kernel == q
+     * rotated first */
+    lh_rope rope;
+    CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&rope, D, 10000.0, NULL, 2048), LH_OK);
+    bset b;
+    bset_init(&b, MIX, 5, T, H, KVH, D, 16);
+    bpool p;
+    bpool_init(&p, LH_DTYPE_BF16, LH_DTYPE_F32, LH_KV_NHD, 16, KVH, D, b.NB, true);
+    CU_ASSERT_EQUAL_FATAL(bset_fill(c2, &b, &p, &rope, false), LH_OK);
+    rotate_q(c2, &b, &rope, q, qr);
+    for (int sp = 0; sp < 2; sp++) {
+        lh_paged_attn_params prm = {.struct_size = sizeof prm, .scale = 1.0f / sqrtf((float)D),
+                                    .softcap = 3.0f};
+        if (sp) {
+            prm.sparse_local_blocks = 1;
+            prm.sparse_top_k = 2;
+        }
+        lh_paged_attn_params pr = prm;
+        pr.rope = &rope;
+        fill_sentinel(ob, nq);
+        fill_sentinel(op, nq);
+        CU_ASSERT_EQUAL(attn_batch(c2, &b, &p, q, &pr, ob), LH_OK);
+        CU_ASSERT_EQUAL(attn_batch(c2, &b, &p, qr, &prm, op), LH_OK);
+        bool same = memcmp(ob, op, (size_t)nq * sizeof(float)) == 0;
+        if (!same)
+            printf("\n    FAIL %s softcap 3%s: fused RoPE differs from rotate-then-attend",
+                   lh_k_isa_name(isa), sp ? " (sparse)" : "");
+        CU_ASSERT_TRUE(same);
+    }
+    bpool_free(&p);
+    bset_free(&b);
+    lh_k_rope_free(&rope);
+    printf("\n    %s: %ld configurations; the cap moves the output by up to %.3g max|v|",
+           lh_k_isa_name(isa), runs, effect);
+    CU_ASSERT_TRUE(effect > 0.1); /* inputs where the cap matters */
+    free(q);
+    free(qr);
+    free(ob);
+    free(op);
+    free(ot);
+    free(ref);
+    free(ref0);
+    lh_k_ctx_free(c1);
+    lh_k_ctx_free(c2);
+    lh_k_ctx_free(c3);
+}
+KT_ISA_TESTS(softcap_batch)
 
 /* ---- key summaries -------------------------------------------------------------------------- */
 
@@ -1070,6 +1267,22 @@ static void test_batch_errors(void)
     lh_paged_attn_params old = {.struct_size = offsetof(lh_paged_attn_params, rope),
                                 .scale = 0.3f, .sparse_top_k = -5, .sparse_local_blocks = -5};
     CU_ASSERT_EQUAL(PAB(p, &good, &old), LH_OK);
+    /* softcap: finite and >= 0; one before it (ABI 2 callers) reads no cap */
+    lh_paged_attn_params sc = prm;
+    sc.softcap = -3.0f;
+    EXPECT(PAB(p, &good, &sc), LH_E_USAGE,
+           "lh_k_paged_attention_batch: softcap -3 must be finite and >= 0 (0: none)");
+    sc.softcap = NAN;
+    EXPECT(PAB(p, &good, &sc), LH_E_USAGE, "softcap nan must be finite");
+    sc.softcap = INFINITY;
+    EXPECT(PAB(p, &good, &sc), LH_E_USAGE, "softcap inf must be finite");
+    sc.struct_size = offsetof(lh_paged_attn_params, softcap); /* -> never read */
+    CU_ASSERT_EQUAL(PAB(p, &good, &sc), LH_OK);
+    float *o_nocap = malloc(sizeof o);
+    memcpy(o_nocap, o, sizeof o);
+    CU_ASSERT_EQUAL(PAB(p, &good, &prm), LH_OK);
+    CU_ASSERT_EQUAL(memcmp(o_nocap, o, sizeof o), 0); /* the same as no cap */
+    free(o_nocap);
 
     /* the batch itself */
     EXPECT(PAB(p, NULL, &prm), LH_E_USAGE, "batch is NULL");
@@ -1222,6 +1435,9 @@ static CU_TestInfo batch_tests[] = {
     {"fused RoPE == rotate then attend (scalar)", fused_rope_scalar},
     {"fused RoPE == rotate then attend (avx2)", fused_rope_avx2},
     {"fused RoPE == rotate then attend (avx512)", fused_rope_avx512},
+    {"softcap: batch == per sequence, vs reference, fused RoPE (scalar)", softcap_batch_scalar},
+    {"softcap: batch == per sequence, vs reference, fused RoPE (avx2)", softcap_batch_avx2},
+    {"softcap: batch == per sequence, vs reference, fused RoPE (avx512)", softcap_batch_avx512},
     {"key summaries: reset at block start, widened inside", test_summaries},
     {"argument errors", test_batch_errors},
     CU_TEST_INFO_NULL,
@@ -1235,6 +1451,11 @@ static CU_TestInfo sparse_tests[] = {
     {"small top_k vs independent reference (avx2)", sparse_vs_reference_avx2},
     {"small top_k vs independent reference (avx512)", sparse_vs_reference_avx512},
     {"equal bounds go to the lower blocks", test_sparse_ties},
+    {"soft-capped, small top_k vs independent reference (scalar)",
+     sparse_softcap_vs_reference_scalar},
+    {"soft-capped, small top_k vs independent reference (avx2)", sparse_softcap_vs_reference_avx2},
+    {"soft-capped, small top_k vs independent reference (avx512)",
+     sparse_softcap_vs_reference_avx512},
     CU_TEST_INFO_NULL,
 };
 

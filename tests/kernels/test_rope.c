@@ -9,6 +9,8 @@
  *   yarn     ramp between floor(corr(beta_fast)) and ceil(corr(beta_slow)) (clamped to
  *            [0, d - 1]) blends inv / factor (ramp 1) and inv (ramp 0); attention factor
  *            0.1 ln(factor) + 1, or get_mscale(f, mscale) / get_mscale(f, mscale_all_dim)
+ *   longrope against values printed by transformers itself (see test_rope_longrope): the
+ *            short / long tables, the attention factor and the rotation, partial rotary
  * Tolerances: inv_freq within 2e-6 relative of the double formulas (HF builds it in float32).
  * Rotation: HF takes freqs = pos * inv_freq in float32, so the reference uses that float32
  * angle with double cos/sin and double products: |err| <= 1e-6 * att * (|x_lo| + |x_hi|) + 1e-30.
@@ -361,16 +363,403 @@ static void rope_dynamic(lh_k_isa isa)
 }
 KT_ISA_TESTS(rope_dynamic)
 
+/* ---- longrope (Phi-3) ---------------------------------------------------------------------- */
+
+/* Reference values printed once by tools/gen_longrope_ref.py with transformers 5.24.0 / torch
+ * 2.15 (CPU): Phi3RotaryEmbedding and apply_rotary_pos_emb for a Phi3Config with hidden_size
+ * 64, 4 heads (head_dim 16), partial_rotary_factor 0.5 (rotary_dim 8: 4 factors), rope_theta
+ * 1e4, max_position_embeddings 32, top-level original_max_position_embeddings 8, rope_scaling
+ * {"type": "longrope", short_factor LR_SHORT, long_factor LR_LONG} (no factor, no
+ * attention_factor: factor 32 / 8 = 4, attention_scaling sqrt(1 + ln 4 / ln 8)). LR_X is
+ * x [4 tokens, 2 heads, 16] = torch.manual_seed(0) randn; each LR_Y_* is x's first T rows
+ * rotated at that case's positions (transformers picks the table from max(position_ids) + 1):
+ *   short     positions {0, 1, 5, 7}   seq_len 8 (= original: short factors)
+ *   boundary  positions {2, 8}         seq_len 9 (long)
+ *   long      positions {0, 9, 20, 31} seq_len 32 (long)
+ * The same script gave attention_scaling 1.1547005383792517 for factor 2,
+ * 0.75 for attention_factor 0.75 and 1 for factor 1. */
+static const double LR_SHORT[4] = {1.0, 1.125, 1.5, 2.75};
+static const double LR_LONG[4] = {1.5, 3.25, 9.0, 21.5};
+static const float LR_X[128] = {
+    -1.12583983f, -1.1523602f, -0.250578582f, -0.433878809f,
+    0.848710358f, 0.692009151f, -0.31601277f, -2.11521935f,
+    0.322274923f, -1.26333475f, 0.349983186f, 0.30813393f,
+    0.119841509f, 1.2376579f, 1.11677718f, -0.247278154f,
+    -1.35265374f, -1.6959312f, 0.566650629f, 0.793508351f,
+    0.598839462f, -1.55509508f, -0.34136039f, 1.85300612f,
+    0.750189483f, -0.585497558f, -0.173396751f, 0.183477938f,
+    1.38936615f, 1.58633423f, 0.946298361f, -0.843676746f,
+    -0.613583088f, 0.0315927416f, -0.492676973f, 0.248414755f,
+    0.439695835f, 0.112411186f, 0.64079237f, 0.441156268f,
+    -0.102309652f, 0.792443991f, -0.289667696f, 0.0525074862f,
+    0.522860467f, 2.30220532f, -1.46889389f, -1.58668876f,
+    -0.673089921f, 0.872831225f, 1.05535746f, 0.17784372f,
+    -0.230335474f, -0.391754389f, 0.543294728f, -0.395157546f,
+    -0.446217179f, 0.7440207f, 1.52097952f, 3.41050267f,
+    -1.53118432f, -1.23413503f, 1.81972528f, -0.551528692f,
+    -0.56924808f, 0.919971406f, 1.11081612f, 1.28987408f,
+    -1.47817397f, 2.56723285f, -0.473119795f, 0.335550755f,
+    -1.62932599f, -0.549743652f, -0.479834259f, -0.499681532f,
+    -1.06698036f, 1.11493957f, -0.140671432f, 0.805753589f,
+    -0.0933482349f, 0.687050223f, -0.838315368f, 0.00089182175f,
+    0.84189409f, -0.400034159f, 1.03946197f, 0.358153105f,
+    -0.246000946f, 2.30251646f, -1.88168919f, -0.0497270226f,
+    -1.04497862f, -0.956500828f, 0.0335318595f, 0.710086584f,
+    1.64586699f, -1.36016893f, 0.344565421f, 0.519867718f,
+    -2.6133225f, -1.69647443f, -0.228241786f, 0.279955f,
+    0.246926397f, 0.0768870041f, 0.338005811f, 0.454401761f,
+    0.456940144f, -0.865371346f, 0.781307936f, -0.926789403f,
+    -0.218833685f, -2.43506527f, -0.0729147568f, -0.0339864083f,
+    0.962518275f, 0.349168241f, -0.921461999f, -0.056194786f,
+    -0.622698486f, -0.463722169f, 1.92178237f, -0.402545542f,
+    0.123902477f, 1.16478348f, 0.92337352f, 1.38729525f,
+};
+static const float LR_INV_SHORT[4] = {
+    1.0f, 0.088888891f, 0.00666666683f, 0.000363636354f,
+};
+static const float LR_INV_LONG[4] = {
+    0.666666687f, 0.0307692308f, 0.00111111114f, 4.65116282e-05f,
+};
+static const float LR_ATT = 1.29099445f;
+static const float LR_Y_SHORT[128] = {
+    -1.45345294f, -1.48769057f, -0.323495537f, -0.560135126f,
+    1.09568036f, 0.893379927f, -0.407970726f, -2.73073626f,
+    0.322274923f, -1.26333475f, 0.349983186f, 0.30813393f,
+    0.119841509f, 1.2376579f, 1.11677718f, -0.247278154f,
+    -1.74626839f, -2.18943763f, 0.731542766f, 1.0244149f,
+    0.773098409f, -2.00761914f, -0.440694362f, 2.3922205f,
+    0.750189483f, -0.585497558f, -0.173396751f, 0.183477938f,
+    1.38936615f, 1.58633423f, 0.946298361f, -0.843676746f,
+    -0.905647635f, 0.0277422555f, -0.641544104f, 0.32049492f,
+    -0.359856516f, 0.14816992f, 0.823000669f, 0.569646895f,
+    -0.102309652f, 0.792443991f, -0.289667696f, 0.0525074862f,
+    0.522860467f, 2.30220532f, -1.46889389f, -1.58668876f,
+    -0.219277233f, 1.16726804f, 1.35775435f, 0.229780734f,
+    -0.891865969f, -0.403726041f, 0.710457861f, -0.510062635f,
+    -0.446217179f, 0.7440207f, 1.52097952f, 3.41050267f,
+    -1.53118432f, -1.23413503f, 1.81972528f, -0.551528692f,
+    -2.03839111f, -0.352702618f, 1.45361686f, 1.66442978f,
+    0.16339308f, 3.502949f, -0.562662601f, 0.436221093f,
+    -1.62932599f, -0.549743652f, -0.479834259f, -0.499681532f,
+    -1.06698036f, 1.11493957f, -0.140671432f, 0.805753589f,
+    1.00805151f, 1.02285528f, -1.12638223f, 0.000310656091f,
+    0.423868865f, -0.0849075019f, 1.30512547f, 0.462374985f,
+    -0.246000946f, 2.30251646f, -1.88168919f, -0.0497270226f,
+    -1.04497862f, -0.956500828f, 0.0335318595f, 0.710086584f,
+    3.81842661f, -0.150369763f, 0.458093494f, 0.67022413f,
+    -1.14753556f, -2.80312848f, -0.27358678f, 0.36312753f,
+    0.246926397f, 0.0768870041f, 0.338005811f, 0.454401761f,
+    0.456940144f, -0.865371346f, 0.781307936f, -0.926789403f,
+    -1.02936244f, -2.8172183f, -0.038535431f, -0.0436914563f,
+    0.751195908f, -1.46596324f, -1.19269848f, -0.0726586059f,
+    -0.622698486f, -0.463722169f, 1.92178237f, -0.402545542f,
+    0.123902477f, 1.16478348f, 0.92337352f, 1.38729525f,
+};
+static const float LR_Y_BOUNDARY[64] = {
+    -1.40683985f, -1.53981698f, -0.322588176f, -0.559881091f,
+    -1.15492082f, 0.800196409f, -0.408688635f, -2.73078847f,
+    0.322274923f, -1.26333475f, 0.349983186f, 0.30813393f,
+    0.119841509f, 1.2376579f, 1.11677718f, -0.247278154f,
+    -1.16219151f, -2.06182528f, 0.732520342f, 1.02419233f,
+    -1.51540267f, -2.13846827f, -0.439067632f, 2.39231586f,
+    0.750189483f, -0.585497558f, -0.173396751f, 0.183477938f,
+    1.38936615f, 1.58633423f, 0.946298361f, -0.843676746f,
+    0.000816732645f, 0.00419389457f, -0.643371403f, 0.320490092f,
+    0.974522233f, 0.150686339f, 0.821573079f, 0.569649577f,
+    -0.102309652f, 0.792443991f, -0.289667696f, 0.0525074862f,
+    0.522860467f, 2.30220532f, -1.46889389f, -1.58668876f,
+    -0.74741441f, 1.21609378f, 1.3561722f, 0.229785055f,
+    0.53374064f, -0.21592918f, 0.71347332f, -0.510060728f,
+    -0.446217179f, 0.7440207f, 1.52097952f, 3.41050267f,
+    -1.53118432f, -1.23413503f, 1.81972528f, -0.551528692f,
+};
+static const float LR_Y_LONG[128] = {
+    -1.45345294f, -1.48769057f, -0.323495537f, -0.560135126f,
+    1.09568036f, 0.893379927f, -0.407970726f, -2.73073626f,
+    0.322274923f, -1.26333475f, 0.349983186f, 0.30813393f,
+    0.119841509f, 1.2376579f, 1.11677718f, -0.247278154f,
+    -1.74626839f, -2.18943763f, 0.731542766f, 1.0244149f,
+    0.773098409f, -2.00761914f, -0.440694362f, 2.3922205f,
+    0.750189483f, -0.585497558f, -0.173396751f, 0.183477938f,
+    1.38936615f, 1.58633423f, 0.946298361f, -0.843676746f,
+    -0.601973176f, -0.000443864614f, -0.644283831f, 0.320463598f,
+    0.76636976f, 0.150744021f, 0.820857584f, 0.569664478f,
+    -0.102309652f, 0.792443991f, -0.289667696f, 0.0525074862f,
+    0.522860467f, 2.30220532f, -1.46889389f, -1.58668876f,
+    -0.917432547f, 1.22216117f, 1.35537863f, 0.229808778f,
+    -0.0427183956f, -0.178414583f, 0.714979708f, -0.510050058f,
+    -0.446217179f, 0.7440207f, 1.52097952f, 3.41050267f,
+    -1.53118432f, -1.23413503f, 1.81972528f, -0.551528692f,
+    0.795137703f, -0.943444967f, 1.4472754f, 1.6648165f,
+    -1.88400936f, 3.39189672f, -0.578778923f, 0.434742987f,
+    -1.62932599f, -0.549743652f, -0.479834259f, -0.499681532f,
+    -1.06698036f, 1.11493957f, -0.140671432f, 0.805753589f,
+    -0.841014147f, 1.02239084f, -1.11181164f, 0.000721221382f,
+    0.698947549f, 0.0903268158f, 1.31756008f, 0.462374508f,
+    -0.246000946f, 2.30251646f, -1.88168919f, -0.0497270226f,
+    -1.04497862f, -0.956500828f, 0.0335318595f, 0.710086584f,
+    2.75385809f, 0.770462513f, 0.45471558f, 0.670624495f,
+    2.88331127f, -2.69935703f, -0.279165149f, 0.362387687f,
+    0.246926397f, 0.0768870041f, 0.338005811f, 0.454401761f,
+    0.456940144f, -0.865371346f, 0.781307936f, -0.926789403f,
+    -1.13621461f, -2.18643522f, -0.0531096272f, -0.0437716171f,
+    -0.576973677f, -2.30331683f, -1.19213843f, -0.072610341f,
+    -0.622698486f, -0.463722169f, 1.92178237f, -0.402545542f,
+    0.123902477f, 1.16478348f, 0.92337352f, 1.38729525f,
+};
+
+static lh_rope_scaling longrope_scaling(void)
+{
+    lh_rope_scaling s = scaling_of("longrope");
+    s.short_factor = LR_SHORT;
+    s.long_factor = LR_LONG;
+    s.n_factors = 4;
+    s.original_max_position_embeddings = 8;
+    return s;
+}
+
+/* Tables, attention factor and rotation (rotary dims 1e-6 relative to the operands'
+ * magnitude, passthrough dims exact) against transformers; every ISA and thread count the
+ * same bits. */
+static void rope_longrope(lh_k_isa isa)
+{
+    lh_kctx *ctx = kt_ctx(2, isa), *c1 = kt_ctx(1, LH_K_ISA_SCALAR);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c1);
+    /* the caller's arrays need not outlive the table: init copies them */
+    double sf[4], lf[4];
+    memcpy(sf, LR_SHORT, sizeof sf);
+    memcpy(lf, LR_LONG, sizeof lf);
+    lh_rope_scaling s = longrope_scaling();
+    s.short_factor = sf;
+    s.long_factor = lf;
+    lh_rope r;
+    CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_OK);
+    memset(sf, 0, sizeof sf);
+    memset(lf, 0, sizeof lf);
+    CU_ASSERT_STRING_EQUAL(r.scaling.kind, "longrope");
+    CU_ASSERT_EQUAL(r.scaling.n_factors, 4);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r.inv_freq_long);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r.factors);
+    CU_ASSERT_PTR_EQUAL(r.scaling.short_factor, r.factors);
+    CU_ASSERT_PTR_EQUAL(r.scaling.long_factor, r.factors + 4);
+    CU_ASSERT_EQUAL(memcmp(r.scaling.short_factor, LR_SHORT, sizeof LR_SHORT), 0);
+    CU_ASSERT_EQUAL(memcmp(r.scaling.long_factor, LR_LONG, sizeof LR_LONG), 0);
+    kt_cmp ci = {0};
+    for (int i = 0; i < 4; i++) {
+        kt_check(&ci, i, r.inv_freq[i], LR_INV_SHORT[i], 1e-6 * LR_INV_SHORT[i]);
+        kt_check(&ci, 4 + i, r.inv_freq_long[i], LR_INV_LONG[i], 1e-6 * LR_INV_LONG[i]);
+    }
+    KT_REPORT(ci, "longrope short and long tables vs transformers");
+    CU_ASSERT_EQUAL(r.attention_scaling, LR_ATT);
+    CU_ASSERT_EQUAL(r.attention_scaling, (float)sqrt(1.0 + log(4.0) / log(8.0)));
+
+    static const int32_t pos_short[4] = {0, 1, 5, 7}, pos_bound[2] = {2, 8};
+    static const int32_t pos_long[4] = {0, 9, 20, 31};
+    const struct {
+        const char *name;
+        const int32_t *pos;
+        int64_t T, seq_len;
+        const float *want;
+    } cases[3] = {{"short", pos_short, 4, 8, LR_Y_SHORT},
+                  {"boundary", pos_bound, 2, 9, LR_Y_BOUNDARY},
+                  {"long", pos_long, 4, 32, LR_Y_LONG}};
+    const int64_t H = 2, D = 16, rd = 8, half = 4;
+    for (int k = 0; k < 3; k++) {
+        const int64_t T = cases[k].T, n = T * H * D;
+        float y[4 * 2 * 16], y1[4 * 2 * 16];
+        memcpy(y, LR_X, (size_t)n * sizeof(float));
+        memcpy(y1, LR_X, (size_t)n * sizeof(float));
+        lh_tensor t = kt_t3(LH_DTYPE_F32, y, T, H, D), t1 = kt_t3(LH_DTYPE_F32, y1, T, H, D);
+        CU_ASSERT_EQUAL(lh_k_rope_apply(ctx, &r, &t, cases[k].pos, cases[k].seq_len), LH_OK);
+        CU_ASSERT_EQUAL(lh_k_rope_apply(c1, &r, &t1, cases[k].pos, cases[k].seq_len), LH_OK);
+        kt_cmp c = {0};
+        int pass_bad = 0;
+        for (int64_t th = 0; th < T * H; th++)
+            for (int64_t i = 0; i < D; i++) {
+                const float *x = LR_X + th * D;
+                const int64_t e = th * D + i;
+                if (i >= rd) { /* passthrough: untouched, bit for bit */
+                    pass_bad += y[e] != x[i];
+                    continue;
+                }
+                const double mag = fabs(x[i % half]) + fabs(x[i % half + half]);
+                kt_check(&c, (long)e, y[e], cases[k].want[e], 1e-6 * LR_ATT * mag);
+            }
+        char what[96];
+        snprintf(what, sizeof what, "%s longrope %s vs transformers", lh_k_isa_name(isa),
+                 cases[k].name);
+        KT_REPORT(c, what);
+        CU_ASSERT_EQUAL(pass_bad, 0);
+        CU_ASSERT_EQUAL(memcmp(y, y1, (size_t)n * sizeof(float)), 0);
+    }
+    /* the table follows seq_len alone: positions {2, 8} under seq_len 8 would be short */
+    {
+        float a[2 * 2 * 16], b[2 * 2 * 16];
+        memcpy(a, LR_X, sizeof a);
+        memcpy(b, LR_X, sizeof b);
+        lh_tensor ta = kt_t3(LH_DTYPE_F32, a, 2, H, D), tb = kt_t3(LH_DTYPE_F32, b, 2, H, D);
+        CU_ASSERT_EQUAL(lh_k_rope_apply(ctx, &r, &ta, pos_bound, 9), LH_OK);
+        CU_ASSERT_EQUAL(lh_k_rope_apply(ctx, &r, &tb, pos_bound, 1000), LH_OK);
+        CU_ASSERT_EQUAL(memcmp(a, b, sizeof a), 0); /* any seq_len > 8: the long table */
+    }
+    lh_k_rope_free(&r);
+    CU_ASSERT_PTR_NULL(r.inv_freq_long);
+    CU_ASSERT_PTR_NULL(r.factors);
+    lh_k_rope_free(&r); /* idempotent */
+    lh_k_ctx_free(ctx);
+    lh_k_ctx_free(c1);
+}
+KT_ISA_TESTS(rope_longrope)
+
+/* How transformers derives the attention factor, and the original length's default. */
+static void test_rope_longrope_params(void)
+{
+    lh_rope r;
+    lh_rope_scaling s = longrope_scaling();
+    s.factor = 2.0; /* given: wins over max / original */
+    CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_OK);
+    CU_ASSERT_EQUAL(r.attention_scaling, (float)1.1547005383792517);
+    lh_k_rope_free(&r);
+    s.attention_factor = 0.75; /* given: wins over everything */
+    CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_OK);
+    CU_ASSERT_EQUAL(r.attention_scaling, 0.75f);
+    lh_k_rope_free(&r);
+    s.attention_factor = 0;
+    s.factor = 1.0; /* factor <= 1: 1 */
+    CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_OK);
+    CU_ASSERT_EQUAL(r.attention_scaling, 1.0f);
+    lh_k_rope_free(&r);
+    s.factor = 0;
+    CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&r, 8, 10000.0, &s, 8), LH_OK); /* 8 / 8 = 1 */
+    CU_ASSERT_EQUAL(r.attention_scaling, 1.0f);
+    lh_k_rope_free(&r);
+    /* Phi-3-mini-128k's geometry: 131072 / 4096 = 32, 32 factors (head_dim 96, 64 in Phi-4-mini
+     * with partial_rotary_factor 0.75: 48) */
+    double f48[24];
+    for (int i = 0; i < 24; i++)
+        f48[i] = 1.0 + i;
+    lh_rope_scaling p = scaling_of("longrope");
+    p.short_factor = p.long_factor = f48;
+    p.n_factors = 24;
+    p.original_max_position_embeddings = 4096;
+    CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&r, 48, 10000.0, &p, 131072), LH_OK);
+    CU_ASSERT_EQUAL(r.attention_scaling, (float)sqrt(1.0 + log(32.0) / log(4096.0)));
+    lh_k_rope_free(&r);
+
+    /* no original length: max_position_embeddings is the original (factor 1, and the long
+     * table from seq_len 33 on) */
+    s = longrope_scaling();
+    s.original_max_position_embeddings = 0;
+    CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_OK);
+    CU_ASSERT_EQUAL(r.attention_scaling, 1.0f);
+    lh_kctx *ctx = lh_k_ctx_create(1, kt_cpu());
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    const int32_t pos[2] = {2, 8};
+    float a[2 * 2 * 16], b[2 * 2 * 16], c[2 * 2 * 16];
+    memcpy(a, LR_X, sizeof a);
+    memcpy(b, LR_X, sizeof b);
+    memcpy(c, LR_X, sizeof c);
+    lh_tensor ta = kt_t3(LH_DTYPE_F32, a, 2, 2, 16), tb = kt_t3(LH_DTYPE_F32, b, 2, 2, 16);
+    lh_tensor tc = kt_t3(LH_DTYPE_F32, c, 2, 2, 16);
+    CU_ASSERT_EQUAL(lh_k_rope_apply(ctx, &r, &ta, pos, 9), LH_OK);
+    CU_ASSERT_EQUAL(lh_k_rope_apply(ctx, &r, &tb, pos, 32), LH_OK);
+    CU_ASSERT_EQUAL(lh_k_rope_apply(ctx, &r, &tc, pos, 33), LH_OK);
+    CU_ASSERT_EQUAL(memcmp(a, b, sizeof a), 0);    /* both short */
+    CU_ASSERT_NOT_EQUAL(memcmp(a, c, sizeof a), 0); /* 33 > 32: long */
+    lh_k_rope_free(&r);
+    lh_k_ctx_free(ctx);
+}
+
+static void test_rope_longrope_errors(void)
+{
+    lh_rope r;
+    lh_rope_scaling s = longrope_scaling();
+    /* n_factors must be rotary_dim / 2 */
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 16, 10000.0, &s, 32), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "n_factors 4"));
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "rotary_dim 16"));
+    CU_ASSERT_PTR_NULL(r.inv_freq);
+    CU_ASSERT_PTR_NULL(r.inv_freq_long);
+    CU_ASSERT_PTR_NULL(r.factors);
+    s.n_factors = 3;
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "n_factors 3, rotary_dim 8"));
+    s.n_factors = 0; /* no factors at all */
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "short_factor NULL"));
+    s.n_factors = -1;
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "n_factors -1"));
+    /* NULL arrays */
+    s = longrope_scaling();
+    s.short_factor = NULL;
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "short_factor NULL"));
+    s = longrope_scaling();
+    s.long_factor = NULL;
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "long_factor NULL"));
+    /* factors must be finite and > 0 */
+    double bad[4] = {1.0, 2.0, 0.0, 4.0};
+    s = longrope_scaling();
+    s.long_factor = bad;
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "long_factor[2] = 0"));
+    bad[2] = NAN;
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_E_USAGE);
+    bad[2] = -3.0;
+    s.long_factor = LR_LONG;
+    s.short_factor = bad;
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "short_factor[2] = -3"));
+    /* neither length */
+    s = longrope_scaling();
+    s.original_max_position_embeddings = 0;
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 0), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "original_max_position_embeddings"));
+    /* negative parameters; an original length of 1 makes ln(original) 0 */
+    s = longrope_scaling();
+    s.attention_factor = -1;
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_E_USAGE);
+    s.attention_factor = 0;
+    s.factor = -2;
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_E_USAGE);
+    s.factor = 0;
+    s.original_max_position_embeddings = 1;
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "not finite"));
+    s.attention_factor = 1.5; /* given: fine */
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &s, 32), LH_OK);
+    lh_k_rope_free(&r);
+    /* other kinds: factors without arrays are refused; with arrays they are only carried */
+    lh_rope_scaling d = scaling_of("default");
+    d.n_factors = 4;
+    CU_ASSERT_EQUAL(lh_k_rope_init(&r, 8, 10000.0, &d, 32), LH_E_USAGE);
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "n_factors 4"));
+    d.short_factor = LR_SHORT;
+    d.long_factor = LR_LONG;
+    CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&r, 8, 10000.0, &d, 32), LH_OK);
+    CU_ASSERT_PTR_NULL(r.inv_freq_long);
+    CU_ASSERT_EQUAL(memcmp(r.scaling.long_factor, LR_LONG, sizeof LR_LONG), 0);
+    lh_rope def;
+    CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&def, 8, 10000.0, NULL, 32), LH_OK);
+    CU_ASSERT_EQUAL(memcmp(r.inv_freq, def.inv_freq, 4 * sizeof(float)), 0);
+    lh_k_rope_free(&def);
+    lh_k_rope_free(&r);
+}
+
 static void test_rope_errors(void)
 {
     lh_rope r;
-    lh_rope_scaling s = scaling_of("longrope");
+    lh_rope_scaling s = scaling_of("su"); /* Phi-3's legacy name: its plugin maps it */
     CU_ASSERT_EQUAL(lh_k_rope_init(&r, 64, 10000.0, &s, 4096), LH_E_UNSUPPORTED);
-    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "'longrope'"));
-    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "default, linear, dynamic, llama3, yarn"));
+    CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "'su'"));
+    CU_ASSERT_TRUE(
+        kt_contains(lh_k_last_error(NULL), "default, linear, dynamic, llama3, yarn, longrope"));
     CU_ASSERT_PTR_NULL(r.inv_freq);
     lh_k_rope_free(&r);
-    s = scaling_of("su");
+    s = scaling_of("LongRoPE"); /* names are exact */
     CU_ASSERT_EQUAL(lh_k_rope_init(&r, 64, 10000.0, &s, 4096), LH_E_UNSUPPORTED);
     CU_ASSERT_EQUAL(lh_k_rope_init(NULL, 64, 10000.0, NULL, 4096), LH_E_USAGE);
     CU_ASSERT_EQUAL(lh_k_rope_init(&r, 63, 10000.0, NULL, 4096), LH_E_USAGE);
@@ -441,6 +830,11 @@ static CU_TestInfo rope_tests[] = {
     {"rope dynamic below and above the original length [scalar]", rope_dynamic_scalar},
     {"rope dynamic below and above the original length [avx2]", rope_dynamic_avx2},
     {"rope dynamic below and above the original length [avx512]", rope_dynamic_avx512},
+    {"rope longrope vs transformers (Phi-3, partial rotary, short/long) [scalar]", rope_longrope_scalar},
+    {"rope longrope vs transformers (Phi-3, partial rotary, short/long) [avx2]", rope_longrope_avx2},
+    {"rope longrope vs transformers (Phi-3, partial rotary, short/long) [avx512]", rope_longrope_avx512},
+    {"rope longrope attention factor and original-length defaults", test_rope_longrope_params},
+    {"rope longrope errors (n_factors, NULL arrays, bad factors, lengths)", test_rope_longrope_errors},
     {"rope errors (unknown kind, parameters, shapes, device)", test_rope_errors},
     CU_TEST_INFO_NULL,
 };

@@ -82,7 +82,8 @@ static lh_host_api make_api(void)
     a.add_mlp = lh_build_add_mlp;
     a.add_head = lh_build_add_head;
     a.add_param = lh_build_add_param;
-    a.chain_norm = lh_build_chain_norm;
+    a.add_layernorm = lh_build_add_layernorm;
+    a.add_linear_transposed = lh_build_add_linear_transposed;
     a.tie_weights = lh_build_tie_weights;
     a.build_fail = lh_build_fail;
     a.build_status = lh_build_status;
@@ -313,18 +314,6 @@ static void test_llama31_8b(void)
     CU_ASSERT_STRING_EQUAL(lh_model_attention_lookup(m, "3"), "model.layers.3.self_attn");
     CU_ASSERT_PTR_NULL(lh_model_attention_lookup(m, "32"));
 
-    /* norm chain */
-    char layer[64], next[64];
-    for (int i = 0; i < 31; i++) {
-        snprintf(layer, sizeof layer, "model.layers.%d", i);
-        snprintf(next, sizeof next, "model.layers.%d.input_layernorm", i + 1);
-        const char *nn = lh_model_next_norm(m, layer);
-        CU_ASSERT_PTR_NOT_NULL_FATAL(nn);
-        CU_ASSERT_STRING_EQUAL(nn, next);
-    }
-    CU_ASSERT_STRING_EQUAL(lh_model_next_norm(m, "model.layers.31"), "model.norm");
-    CU_ASSERT_PTR_NULL(lh_model_next_norm(m, "model.norm"));
-    CU_ASSERT_PTR_NULL(lh_model_next_norm(m, "nope"));
     lh_model_free(m);
 }
 
@@ -425,7 +414,6 @@ static void test_llama31_405b_fast(void)
     CU_ASSERT_EQUAL(p.num_attention_layers, 126);
     CU_ASSERT(p.peak_construction_bytes > 100 * 1000);
     CU_ASSERT(p.peak_construction_bytes < 16 * 1024 * 1024);
-    CU_ASSERT_STRING_EQUAL(lh_model_next_norm(m, "model.layers.125"), "model.norm");
     CU_ASSERT_PTR_NOT_NULL(j);
     json_decref(j);
     lh_model_free(m);
@@ -460,12 +448,6 @@ static void test_plan_json(void)
     json_t *attn = json_object_get(j, "attention_layers");
     CU_ASSERT_EQUAL(json_array_size(attn), 30);
     CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(attn, 7)), "7");
-    json_t *chain = json_object_get(j, "norm_chain");
-    CU_ASSERT_EQUAL(json_array_size(chain), 30);
-    CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(chain, 0)),
-                           "model.layers.0 -> model.layers.1.input_layernorm");
-    CU_ASSERT_STRING_EQUAL(json_string_value(json_array_get(chain, 29)),
-                           "model.layers.29 -> model.norm");
     json_decref(j);
     lh_model_free(m);
 }
@@ -521,10 +503,8 @@ static lh_status construct_mla(const lh_host_api *api, lh_build *b, const lh_mod
     s.layer_index = 1;
     lh_module *a1 = api->add_attention(b, l1, "self_attn", &s);
     test_mla_projections(api, b, a1, g_mla_hidden, &s, 1e-6);
-    lh_module *in1 = api->add_rmsnorm(b, l1, "input_layernorm", g_mla_hidden, 1e-6);
-    lh_module *norm = api->add_rmsnorm(b, root, "norm", g_mla_hidden, 1e-6);
-    api->chain_norm(b, l0, in1);
-    api->chain_norm(b, l1, norm);
+    api->add_rmsnorm(b, l1, "input_layernorm", g_mla_hidden, 1e-6);
+    api->add_rmsnorm(b, root, "norm", g_mla_hidden, 1e-6);
     return api->build_status(b);
 }
 
@@ -666,7 +646,7 @@ static lh_status construct_dups(const lh_host_api *api, lh_build *b, const lh_mo
 {
     (void)cfg;
     lh_module *root = api->module_root(b);
-    lh_module *norm = api->add_rmsnorm(b, root, "norm", 64, 1e-6);
+    api->add_rmsnorm(b, root, "norm", 64, 1e-6);
     lh_attention_spec s;
     memset(&s, 0, sizeof s);
     s.struct_size = sizeof s;
@@ -678,7 +658,6 @@ static lh_status construct_dups(const lh_host_api *api, lh_build *b, const lh_mo
         lh_module *layer = api->add_container(b, root, names[i]);
         s.layer_index = idx[i];
         api->add_attention(b, layer, "attn", &s);
-        api->chain_norm(b, layer, norm);
     }
     return api->build_status(b);
 }
@@ -882,34 +861,42 @@ static lh_status c_tie_noweight(const lh_host_api *api, lh_build *b)
     lh_module *c = api->add_container(b, NULL, "c");
     return api->tie_weights(b, c, emb);
 }
-static lh_status c_chain_non_norm(const lh_host_api *api, lh_build *b)
+static lh_status c_layernorm_eps(const lh_host_api *api, lh_build *b)
 {
-    lh_module *layer = api->add_container(b, NULL, "layer");
-    lh_module *lin = api->add_linear(b, NULL, "lin", 4, 4, false);
-    return api->chain_norm(b, layer, lin);
+    api->add_layernorm(b, NULL, "ln", 4, NAN, true);
+    return api->build_status(b);
 }
-static lh_status c_chain_null(const lh_host_api *api, lh_build *b)
+static lh_status c_transposed_dim(const lh_host_api *api, lh_build *b)
 {
-    lh_module *layer = api->add_container(b, NULL, "layer");
-    return api->chain_norm(b, layer, NULL);
+    api->add_linear_transposed(b, NULL, "c_attn", 8, 0, true);
+    return api->build_status(b);
+}
+static lh_status c_rotary_dim(const lh_host_api *api, lh_build *b)
+{
+    lh_attention_spec s = small_spec();
+    s.rotary_dim = s.head_dim + 2;
+    api->add_attention(b, NULL, "attn", &s);
+    return api->build_status(b);
+}
+static lh_status c_softcap(const lh_host_api *api, lh_build *b)
+{
+    lh_attention_spec s = small_spec();
+    s.logit_softcap = -50.0;
+    api->add_attention(b, NULL, "attn", &s);
+    return api->build_status(b);
+}
+static lh_status c_rope_factors(const lh_host_api *api, lh_build *b)
+{
+    lh_attention_spec s = small_spec();
+    s.rope_scaling.kind = "longrope";
+    s.rope_scaling.n_factors = 4; /* arrays missing */
+    api->add_attention(b, NULL, "attn", &s);
+    return api->build_status(b);
 }
 static lh_status c_bad_eps(const lh_host_api *api, lh_build *b)
 {
     api->add_rmsnorm(b, NULL, "n", 4, -1.0);
     return api->build_status(b);
-}
-static lh_status c_unchained(const lh_host_api *api, lh_build *b)
-{
-    lh_module *layers = api->add_container(b, NULL, "layers");
-    lh_module *l0 = api->add_container(b, layers, "0");
-    lh_module *l1 = api->add_container(b, layers, "1");
-    lh_attention_spec s = small_spec();
-    api->add_attention(b, l0, "self_attn", &s);
-    s.layer_index = 1;
-    api->add_attention(b, l1, "self_attn", &s);
-    lh_module *in1 = api->add_rmsnorm(b, l1, "input_layernorm", 64, 1e-6);
-    api->chain_norm(b, l0, in1);
-    return api->build_status(b); /* layers.1 is never chained */
 }
 static lh_status c_fail(const lh_host_api *api, lh_build *b)
 {
@@ -957,10 +944,12 @@ static void test_build_errors(void)
         {"tie mismatch", c_tie_mismatch, LH_E_USAGE, "[101, 64]"},
         {"tie self", c_tie_self, LH_E_USAGE, "itself"},
         {"tie no weight", c_tie_noweight, LH_E_USAGE, "'c' has no weight"},
-        {"chain non-norm", c_chain_non_norm, LH_E_USAGE, "not an RMSNorm"},
-        {"chain NULL", c_chain_null, LH_E_USAGE, "NULL next_norm"},
+        {"layernorm eps", c_layernorm_eps, LH_E_USAGE, "layernorm 'ln': eps nan"},
+        {"transposed dim", c_transposed_dim, LH_E_USAGE, "'c_attn': dimension 1 is 0"},
+        {"rotary_dim", c_rotary_dim, LH_E_USAGE, "rotary_dim"},
+        {"softcap", c_softcap, LH_E_USAGE, "logit_softcap -50"},
+        {"rope factors", c_rope_factors, LH_E_USAGE, "n_factors"},
         {"bad eps", c_bad_eps, LH_E_USAGE, "eps"},
-        {"unchained layer", c_unchained, LH_E_CONFIG, "layer layers.1 has no next norm"},
         {"build_fail", c_fail, LH_E_UNSUPPORTED, "rope type weird is not supported"},
         {"silent failure", c_silent, LH_E_UNSUPPORTED, "without recording a message"},
     };
@@ -1003,7 +992,7 @@ static lh_status c_sticky(const lh_host_api *api, lh_build *b)
     CU_ASSERT_PTR_NULL(api->add_attention(b, model, "attn", &s));
     int64_t shape[1] = {0};
     CU_ASSERT_EQUAL(api->add_param(b, model, "x.y", 1, shape, LH_PARAM_PLAIN), LH_E_USAGE);
-    CU_ASSERT_EQUAL(api->chain_norm(b, model, NULL), LH_E_USAGE);
+    CU_ASSERT_PTR_NULL(api->add_layernorm(b, model, "ln", 4, 1e-5, true));
     CU_ASSERT_EQUAL(api->tie_weights(b, model, model), LH_E_USAGE);
     CU_ASSERT_EQUAL(api->build_fail(b, LH_E_IO, "second"), LH_E_IO);
     CU_ASSERT_EQUAL(api->build_status(b), first);
@@ -1063,7 +1052,8 @@ static void test_null_arguments(void)
     CU_ASSERT_PTR_NULL(lh_build_add_attention(NULL, NULL, "x", NULL));
     CU_ASSERT_PTR_NULL(lh_model_attention_spec(NULL, "x"));
     CU_ASSERT_EQUAL(lh_build_status(NULL), LH_E_USAGE);
-    CU_ASSERT_EQUAL(lh_build_chain_norm(NULL, NULL, NULL), LH_E_USAGE);
+    CU_ASSERT_PTR_NULL(lh_build_add_layernorm(NULL, NULL, "x", 1, 1e-5, false));
+    CU_ASSERT_PTR_NULL(lh_build_add_linear_transposed(NULL, NULL, "x", 1, 1, false));
     CU_ASSERT_EQUAL(lh_model_plan(NULL, NULL, &err), LH_E_USAGE);
     CU_ASSERT_PTR_NULL(lh_model_plan_json(NULL, NULL));
     CU_ASSERT_EQUAL(lh_model_attention_count(NULL), 0);
@@ -1391,8 +1381,7 @@ static void check_same_tree(const lh_host_api *api, const lh_model_provider *pro
     CU_ASSERT_EQUAL_FATAL(lh_model_plan(lm, &lp, &err), LH_OK);
     json_t *pj = lh_model_plan_json(pm, &pp), *lj = lh_model_plan_json(lm, &lp);
     static const char *const keys[] = {"parameters", "weight_bytes", "kv_bytes_per_token",
-                                       "kv_pool_bytes", "groups", "attention_layers",
-                                       "norm_chain"};
+                                       "kv_pool_bytes", "groups", "attention_layers"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         bool same = json_equal(json_object_get(pj, keys[i]), json_object_get(lj, keys[i]));
         if (!same)
@@ -1474,7 +1463,7 @@ static void test_plugin_qwen(void)
 }
 
 static CU_TestInfo arch_tests[] = {
-    {"llama 3.1 8b: counts, shapes, table, chain", test_llama31_8b},
+    {"llama 3.1 8b: counts, shapes, table", test_llama31_8b},
     {"mistral 7b v0.1", test_mistral_7b},
     {"qwen2.5 7b: q/k/v bias", test_qwen25_7b},
     {"qwen3 8b: q/k norm", test_qwen3_8b},

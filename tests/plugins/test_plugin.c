@@ -66,21 +66,18 @@ __attribute__((unused)) static lh_status construct(const lh_host_api *api, lh_bu
     lh_module *embed = api->add_embedding(b, model, "embed_tokens", g->vocab_size,
                                           g->hidden_size);
     lh_module *layers = api->add_container(b, model, "layers");
-    lh_module *prev = NULL;
     for (int64_t i = 0; i < g->num_hidden_layers && api->build_status(b) == LH_OK; i++) {
         char name[24];
         snprintf(name, sizeof name, "%lld", (long long)i);
         lh_module *layer = api->add_container(b, layers, name);
-        lh_module *in_norm = api->add_rmsnorm(b, layer, "input_layernorm", g->hidden_size,
+        api->add_rmsnorm(b, layer, "input_layernorm", g->hidden_size,
                                               g->rms_norm_eps);
-        if (prev)
-            api->chain_norm(b, prev, in_norm);
         const lh_attention_spec as = {.struct_size = sizeof as, .layer_index = i,
                                       .num_heads = g->num_attention_heads,
                                       .num_kv_heads = g->num_key_value_heads,
                                       .head_dim = g->head_dim, .rope = true,
                                       .rope_theta = g->rope_theta,
-                                      .rope_max_positions = g->max_position_embeddings};
+                                      .max_positions = g->max_position_embeddings};
         lh_module *attn = api->add_attention(b, layer, "self_attn", &as);
         const int64_t q = g->num_attention_heads * g->head_dim;
         const int64_t kv = g->num_key_value_heads * g->head_dim;
@@ -93,11 +90,8 @@ __attribute__((unused)) static lh_status construct(const lh_host_api *api, lh_bu
         api->add_linear(b, mlp, "gate_proj", g->hidden_size, g->intermediate_size, false);
         api->add_linear(b, mlp, "up_proj", g->hidden_size, g->intermediate_size, false);
         api->add_linear(b, mlp, "down_proj", g->intermediate_size, g->hidden_size, false);
-        prev = layer;
     }
-    lh_module *norm = api->add_rmsnorm(b, model, "norm", g->hidden_size, g->rms_norm_eps);
-    if (prev)
-        api->chain_norm(b, prev, norm);
+    api->add_rmsnorm(b, model, "norm", g->hidden_size, g->rms_norm_eps);
     lh_module *head = api->add_head(b, root, "lm_head", g->hidden_size, g->vocab_size, false);
     if (g->tie_word_embeddings)
         api->tie_weights(b, head, embed);

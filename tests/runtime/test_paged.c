@@ -385,13 +385,15 @@ static void test_engine_kv_settings(void)
 #define MAX_LEN 400
 
 /* What a backend-level run is configured with (block size, layout, KV dtypes, pool size,
- * chunk size): the run config's kv_cache and the model's attention_chunk_size. */
+ * chunk size, soft-cap): the run config's kv_cache and the model's attention_chunk_size and
+ * attention-logit soft-cap. */
 typedef struct bk_config {
     int64_t block_size;
     lh_kv_layout layout;
     lh_dtype k_dtype, v_dtype;
     int64_t max_tokens; /* 0: max_seqs x max_seq_len */
     int64_t chunk_size;
+    float softcap; /* geometry.logit_softcap; 0: none */
 } bk_config;
 
 static const bk_config bk_default = {.block_size = 16, .layout = LH_KV_NHD,
@@ -479,6 +481,8 @@ static void check_seq(bk *b, int64_t slot, const float *q, const int32_t *pos, i
                 for (int64_t d = 0; d < D; d++)
                     s += (double)q[(t * H + h) * D + d] * k[(p * KVH + kvh) * D + d];
                 sc[p] = s * b->g.scale;
+                if (b->g.logit_softcap > 0)
+                    sc[p] = tanh(sc[p] / b->g.logit_softcap) * b->g.logit_softcap;
                 m = fmax(m, sc[p]);
             }
             for (int64_t p = 0; p < S; p++)
@@ -502,7 +506,7 @@ static void check_seq(bk *b, int64_t slot, const float *q, const int32_t *pos, i
         lh_tensor tk = lh_tensor_cpu(LH_DTYPE_F32, k, 3, kvs);
         lh_tensor tv = lh_tensor_cpu(LH_DTYPE_F32, v, 3, kvs);
         CU_ASSERT_EQUAL(lh_k_attention(b->kctx, &tq, &tk, &tv, pos, b->g.scale,
-                                       b->g.sliding_window, &to), LH_OK);
+                                       b->g.logit_softcap, b->g.sliding_window, &to), LH_OK);
         for (int64_t i = 0; i < n * H * D; i++) {
             double e = fabs(out[i] - o2[i]);
             if (!(e <= 2e-6 * vmax + 1e-7))
@@ -566,10 +570,13 @@ static lh_status bk_step(bk *b, const int64_t (*seqs)[2], int64_t n_seqs, const 
     int64_t qs[3] = {T, H, D}, ks[3] = {T, KVH, D};
     lh_tensor tq = lh_tensor_cpu(LH_DTYPE_F32, q, 3, qs), to = lh_tensor_cpu(LH_DTYPE_F32, out, 3, qs);
     lh_tensor tk = lh_tensor_cpu(LH_DTYPE_F32, k, 3, ks), tv = lh_tensor_cpu(LH_DTYPE_F32, v, 3, ks);
+    lh_error aerr = {0};
     if (rc == LH_OK)
-        rc = paged_ops.prepare(b->layer, &st, msg, msg_size);
+        rc = paged_ops.prepare(b->layer, &st, &aerr);
     if (rc == LH_OK)
-        rc = paged_ops.forward(b->layer, b->kctx, &st, &args, &tq, &tk, &tv, &to, msg, msg_size);
+        rc = paged_ops.forward(b->layer, b->kctx, &st, &args, &tq, &tk, &tv, &to, &aerr);
+    if (aerr.code != LH_OK)
+        snprintf(msg, msg_size, "%.480s", aerr.msg);
     for (int64_t i = 0; rc == LH_OK && i < n_seqs; i++) {
         b->len[slot[i]] += nn[i];
         if (b->check)
@@ -599,7 +606,8 @@ static bool bk_open(bk *b, const bk_config *cfg, int64_t window, int threads)
                               .scale = 0.2f, .max_seq_len = MAX_LEN, .max_seqs = MAX_SEQS,
                               .attention_chunk_size = cfg->chunk_size,
                               .kv_block_size = cfg->block_size, .kv_dtype = cfg->k_dtype,
-                              .kv_layout = (int32_t)cfg->layout, .kv_v_dtype = cfg->v_dtype};
+                              .kv_layout = (int32_t)cfg->layout, .kv_v_dtype = cfg->v_dtype,
+                              .logit_softcap = cfg->softcap};
     b->cfg = *cfg;
     lh_device cpu = {LH_DEVICE_CPU, 0};
     b->kctx = lh_k_ctx_create(threads, cpu);
@@ -616,10 +624,10 @@ static bool bk_open(bk *b, const bk_config *cfg, int64_t window, int threads)
         printf("\n    KV cache: %s", err.msg);
         return false;
     }
-    char msg[512] = "";
-    st = paged_ops.create(&b->g, &b->layer, msg, sizeof msg);
+    lh_error cerr = {0};
+    st = paged_ops.create(&b->g, &b->layer, &cerr);
     if (st != LH_OK)
-        printf("\n    create: %s", msg);
+        printf("\n    create: %s", cerr.msg);
     return st == LH_OK && b->kctx;
 }
 
@@ -777,8 +785,10 @@ static void test_backend_out_of_blocks(void)
     int32_t pos = 0;
     lh_attn_step st = {.struct_size = sizeof st, .n_tokens = 1, .n_seqs = 1, .positions = &pos,
                        .token_start = &start, .n_new = &one, .ctx_len = &zero, .slot = &slot};
-    CU_ASSERT_EQUAL(paged_ops.prepare(b.layer, &st, msg, sizeof msg), LH_E_USAGE);
-    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "no KV block tables"));
+    lh_error perr = {0};
+    CU_ASSERT_EQUAL(paged_ops.prepare(b.layer, &st, &perr), LH_E_USAGE);
+    CU_ASSERT_EQUAL(perr.code, LH_E_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(perr.msg, "no KV block tables"));
     /* lengths that would overflow ctx_len + n_new are refused before any arithmetic */
     const int32_t *tabs[1] = {NULL};
     int64_t n_tab = 0, huge = INT64_MAX, full = MAX_LEN;
@@ -786,9 +796,50 @@ static void test_backend_out_of_blocks(void)
     st.n_blocks = &n_tab;
     st.ctx_len = &full;
     st.n_new = &huge;
-    CU_ASSERT_EQUAL(paged_ops.prepare(b.layer, &st, msg, sizeof msg), LH_E_USAGE);
-    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "max_seq_len 400"));
+    CU_ASSERT_EQUAL(paged_ops.prepare(b.layer, &st, &perr), LH_E_USAGE);
+    CU_ASSERT_PTR_NOT_NULL(strstr(perr.msg, "max_seq_len 400"));
+    CU_ASSERT_EQUAL(paged_ops.prepare(b.layer, &st, NULL), LH_E_USAGE); /* err may be NULL */
     bk_close(&b);
+}
+
+/* geometry.logit_softcap reaches the kernels: the same scripted steps with a cap that matters
+ * (q, k in [-1, 1), D 24, scale 0.2: scores up to about 1, caps 0.3 and 0.6) against the
+ * capped reference and lh_k_attention with the same cap, f32 and fp8 / bf16, full and with a
+ * window, decodes long enough to split. */
+static void test_backend_softcap(void)
+{
+    static const float caps[2] = {0.3f, 0.6f};
+    double worst_ref = 0, worst_van = 0;
+    for (int ci = 0; ci < 2; ci++)
+        for (int di = 0; di < 2; di++) {
+            bk_config cfg = bk_default;
+            cfg.softcap = caps[ci];
+            cfg.k_dtype = di ? LH_DTYPE_FP8_E4M3 : LH_DTYPE_F32;
+            cfg.v_dtype = di ? LH_DTYPE_BF16 : LH_DTYPE_F32;
+            cfg.layout = di ? LH_KV_HND : LH_KV_NHD;
+            const int64_t window = ci ? 24 : 0;
+            char what[96], dts[64];
+            snprintf(what, sizeof what, "softcap %g, %s, window %lld", (double)cfg.softcap,
+                     kv_str(&cfg, dts, sizeof dts), (long long)window);
+            bk b;
+            CU_ASSERT_FATAL(bk_open(&b, &cfg, window, 2));
+            char msg[512] = "";
+            const int64_t s1[][2] = {{0, 37}, {1, 5}};
+            const int64_t s2[][2] = {{0, 1}, {1, 20}, {2, 70}};
+            CU_ASSERT_EQUAL(bk_step(&b, s1, 2, what, msg, sizeof msg), LH_OK);
+            CU_ASSERT_EQUAL(bk_step(&b, s2, 3, what, msg, sizeof msg), LH_OK);
+            for (int i = 0; i < 200; i++) { /* slot 2 past 256 tokens: split decodes */
+                const int64_t sd[][2] = {{0, 1}, {2, 1}};
+                b.check = i % 25 == 0 || i >= 198;
+                CU_ASSERT_EQUAL_FATAL(bk_step(&b, sd, 2, what, msg, sizeof msg), LH_OK);
+            }
+            CU_ASSERT_EQUAL(b.bad, 0);
+            worst_ref = fmax(worst_ref, b.worst_ref);
+            worst_van = fmax(worst_van, b.worst_van);
+            bk_close(&b);
+        }
+    printf("\n    worst |out - ref| / max|v| %.3g, |out - lh_k_attention| / max|v| %.3g",
+           worst_ref, worst_van);
 }
 
 static int suite_init(void)
@@ -817,6 +868,7 @@ static CU_TestInfo backend_tests[] = {
     {"mixed prefill/decode steps vs reference: blocks, layouts, dtypes, masks",
      test_backend_scripted_steps},
     {"out of blocks, release, step errors", test_backend_out_of_blocks},
+    {"geometry.logit_softcap reaches the kernels", test_backend_softcap},
     CU_TEST_INFO_NULL,
 };
 

@@ -64,14 +64,11 @@ lh_status test_llama_tree(const lh_host_api *api, lh_build *b, const lh_model_co
     lh_module *model = api->add_container(b, root, "model");
     lh_module *embed = api->add_embedding(b, model, "embed_tokens", vocab, hidden);
     lh_module *layers = api->add_container(b, model, "layers");
-    lh_module *prev = NULL;
     for (int64_t i = 0; i < g->num_hidden_layers && api->build_status(b) == LH_OK; i++) {
         char name[24];
         snprintf(name, sizeof name, "%" PRId64, i);
         lh_module *layer = api->add_container(b, layers, name);
-        lh_module *in_norm = api->add_rmsnorm(b, layer, "input_layernorm", hidden, eps);
-        if (prev)
-            api->chain_norm(b, prev, in_norm);
+        api->add_rmsnorm(b, layer, "input_layernorm", hidden, eps);
         lh_attention_spec as = {
             .struct_size = sizeof as,
             .layer_index = i,
@@ -83,7 +80,7 @@ lh_status test_llama_tree(const lh_host_api *api, lh_build *b, const lh_model_co
             .rope = true,
             .rope_theta = g->rope_theta,
             .rope_scaling = g->rope_scaling,
-            .rope_max_positions = g->max_position_embeddings,
+            .max_positions = g->max_position_embeddings,
         };
         if (g->has_mla) {
             as.mla = true;
@@ -114,11 +111,8 @@ lh_status test_llama_tree(const lh_host_api *api, lh_build *b, const lh_model_co
         api->add_linear(b, mlp, "gate_proj", hidden, g->intermediate_size, false);
         api->add_linear(b, mlp, "up_proj", hidden, g->intermediate_size, false);
         api->add_linear(b, mlp, "down_proj", g->intermediate_size, hidden, false);
-        prev = layer;
     }
-    lh_module *norm = api->add_rmsnorm(b, model, "norm", hidden, eps);
-    if (prev)
-        api->chain_norm(b, prev, norm);
+    api->add_rmsnorm(b, model, "norm", hidden, eps);
     /* add_head: a linear the memory plan counts as "lm_head" */
     lh_module *head = api->add_head(b, root, "lm_head", hidden, vocab, false);
     if (g->tie_word_embeddings)
