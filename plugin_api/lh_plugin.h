@@ -151,6 +151,17 @@ struct lh_host_api {
     /* A raw parameter on a module, for layers the blocks above do not cover. */
     lh_status (*add_param)(lh_build *b, lh_module *m, const char *name, int ndim,
                            const int64_t *shape, lh_param_role role);
+    /* `m` (a child of the root) is the base model, transformers' base_model_prefix: a
+     * checkpoint of the base model alone names its tensors without m's name ("wte.weight"
+     * for "transformer.wte.weight", as GPT-2's published files do); both spellings bind.
+     * Errors (sticky, LH_E_USAGE): m NULL, not a child of the root, a second base model. */
+    lh_status (*base_model)(lh_build *b, lh_module *m);
+    /* Checkpoint tensors whose name ends with the dotted components `suffix` ("attn.bias":
+     * "h.0.attn.bias", not "h.0.attn.c_attn.bias") are buffers, not parameters (GPT-2's
+     * causal mask); binding skips them and counts them as ignored instead of reporting them
+     * as unexpected. A parameter of the tree with such a name still binds. At most 8 per
+     * model. Errors (sticky, LH_E_USAGE): an empty suffix, or more than 8. */
+    lh_status (*ignore_tensors)(lh_build *b, const char *suffix);
     /* `dst`'s weight is `src`'s weight (tied embeddings); counted and stored once. */
     lh_status (*tie_weights)(lh_build *b, lh_module *dst, lh_module *src);
     /* Fail the build with a message; returns `code`. */

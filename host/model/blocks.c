@@ -329,6 +329,43 @@ static const char *mname(const lh_module *m)
     return m->name[0] ? m->name : "<root>";
 }
 
+lh_status lh_build_base_model(lh_build *b, lh_module *m)
+{
+    if (!b)
+        return LH_E_USAGE;
+    if (b->status != LH_OK)
+        return b->status;
+    if (!m || m->build != b || m->parent != b->root)
+        return lh_tree_fail(b, LH_E_USAGE, "base_model: %s", !m ? "NULL module"
+                            : m->build != b ? "module of another build"
+                                            : "the base model must be a child of the root");
+    if (b->base_model && b->base_model != m)
+        return lh_tree_fail(b, LH_E_USAGE, "base_model: '%s' is already the base model, not "
+                            "'%s'", b->base_model->name, m->name);
+    b->base_model = m;
+    return LH_OK;
+}
+
+lh_status lh_build_ignore_tensors(lh_build *b, const char *suffix)
+{
+    if (!b)
+        return LH_E_USAGE;
+    if (b->status != LH_OK)
+        return b->status;
+    const size_t cap = sizeof b->ignore / sizeof *b->ignore;
+    if (!suffix || !suffix[0] || suffix[0] == '.' || suffix[strlen(suffix) - 1] == '.')
+        return lh_tree_fail(b, LH_E_USAGE, "ignore_tensors: '%s' is not a dotted name suffix",
+                            suffix ? suffix : "(null)");
+    if (b->n_ignore == cap)
+        return lh_tree_fail(b, LH_E_USAGE, "ignore_tensors: more than %zu suffixes ('%s')", cap,
+                            suffix);
+    const char *copy = lh_tree_strdup(b, suffix);
+    if (!copy)
+        return b->status;
+    b->ignore[b->n_ignore++] = copy;
+    return LH_OK;
+}
+
 static bool same_shape(const lh_param *a, const lh_param *c)
 {
     if (a->ndim != c->ndim)

@@ -186,6 +186,8 @@ lh_module *lh_build_add_attention(lh_build *b, lh_module *parent, const char *na
 lh_status lh_build_add_param(lh_build *b, lh_module *m, const char *name, int ndim,
                              const int64_t *shape, lh_param_role role);
 lh_status lh_build_tie_weights(lh_build *b, lh_module *dst, lh_module *src);
+lh_status lh_build_base_model(lh_build *b, lh_module *m);
+lh_status lh_build_ignore_tensors(lh_build *b, const char *suffix);
 lh_status lh_build_fail(lh_build *b, lh_status code, const char *fmt, ...) LH_PRINTF(3, 4);
 lh_status lh_build_status(lh_build *b);
 /* The attention geometry a run derives from the tree's attention layers rather than from

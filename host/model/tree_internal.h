@@ -90,6 +90,10 @@ struct lh_build {
     lh_attn_slot *attn_slots;
     size_t attn_slots_cap, attn_slots_used;
     int64_t bytes_now, bytes_peak;
+    /* base_model / ignore_tensors (arena strings) */
+    const lh_module *base_model;
+    const char *ignore[8];
+    size_t n_ignore;
 };
 
 struct lh_model {

@@ -18,19 +18,23 @@
 
 /* ---- small helpers --------------------------------------------------------------------- */
 
-bool lh_bind_ignorable(const char *name)
+/* name ends with one of the dotted-component suffixes ("a.b" matches "x.a.b", not "xa.b") */
+static bool ends_with_components(const char *name, const char *const *suffixes, size_t count)
 {
-    static const char *const suffixes[] = {"rotary_emb.inv_freq", "rotary_emb.cos_cached",
-                                           "rotary_emb.sin_cached"};
-    if (!name)
-        return false;
-    size_t n = strlen(name);
-    for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
+    const size_t n = strlen(name);
+    for (size_t i = 0; i < count; i++) {
         size_t k = strlen(suffixes[i]);
         if (n >= k && strcmp(name + n - k, suffixes[i]) == 0 && (n == k || name[n - k - 1] == '.'))
             return true;
     }
     return false;
+}
+
+bool lh_bind_ignorable(const char *name)
+{
+    static const char *const suffixes[] = {"rotary_emb.inv_freq", "rotary_emb.cos_cached",
+                                           "rotary_emb.sin_cached"};
+    return name && ends_with_components(name, suffixes, sizeof suffixes / sizeof *suffixes);
 }
 
 static size_t elem_size(lh_dtype dt)
@@ -316,7 +320,9 @@ static void unbind(lh_model *m)
     }
 }
 
-/* Looks up the tensor named after p. `name` is scratch. */
+/* Looks up the tensor named after p, or (p under the tree's base model) the same name
+ * without the base model's prefix, as a checkpoint of the base model alone spells it.
+ * `name` is scratch. */
 static const lh_st_tensor *find_for(const lh_checkpoint *ck, const lh_param *p, sbuf *name,
                                     size_t *index)
 {
@@ -324,7 +330,20 @@ static const lh_st_tensor *find_for(const lh_checkpoint *ck, const lh_param *p, 
     sb_param_name(name, p);
     if (name->oom)
         return NULL;
-    return lh_checkpoint_find(ck, name->s, index);
+    const lh_st_tensor *t = lh_checkpoint_find(ck, name->s, index);
+    const lh_module *base = p->owner->build->base_model;
+    if (t || !base)
+        return t;
+    const size_t k = strlen(base->name);
+    if (strncmp(name->s, base->name, k) != 0 || name->s[k] != '.')
+        return NULL;
+    return lh_checkpoint_find(ck, name->s + k + 1, index);
+}
+
+/* A tensor name ending with one of the model's ignore_tensors suffixes. */
+static bool model_ignores(const lh_build *b, const char *name)
+{
+    return ends_with_components(name, b->ignore, b->n_ignore);
 }
 
 /* A quantized param cannot be loaded yet: the first one, and how many there are. */
@@ -428,7 +447,7 @@ static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
         if (used[i])
             continue;
         const lh_st_tensor *t = lh_checkpoint_at(ck, i);
-        if (lh_bind_ignorable(t->name)) {
+        if (lh_bind_ignorable(t->name) || model_ignores(m->b, t->name)) {
             lh_log(LH_LOG_DEBUG, "weights: ignoring non-parameter buffer %s", t->name);
             s.ignored++;
             continue;

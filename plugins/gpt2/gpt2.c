@@ -94,6 +94,11 @@ static lh_status construct(const lh_host_api *api, lh_build *b, const lh_model_c
     const int64_t D = d.embd;
     lh_module *root = api->module_root(b);
     lh_module *tr = api->add_container(b, root, "transformer");
+    /* GPT-2's published files hold the base model alone ("h.0.ln_1.weight") and carry each
+     * layer's causal-mask buffers (attn.bias, attn.masked_bias) */
+    api->base_model(b, tr);
+    api->ignore_tensors(b, "attn.bias");
+    api->ignore_tensors(b, "attn.masked_bias");
     lh_module *wte = api->add_embedding(b, tr, "wte", d.vocab, D);
     api->add_embedding(b, tr, "wpe", d.positions, D);
     lh_module *h = api->add_container(b, tr, "h");

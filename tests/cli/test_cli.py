@@ -1135,6 +1135,60 @@ class TestInference(CliTestCase):
         got = [json.loads(line)["tokens"] for line in out.strip().splitlines()]
         self.assertEqual(got, [g[:6] for g in ref["greedy"]])
 
+    def _gpt2_as_published(self, extra=()):
+        """gpt2-f32 rewritten the way GPT-2's published model.safetensors spells it: the base
+        model's tensors without the "transformer." prefix, and causal-mask buffers
+        (h.N.attn.bias, h.N.attn.masked_bias) that are not parameters; `extra` adds more."""
+        src = os.path.join(MODELS, "gpt2-f32")
+        d = tempfile.mkdtemp(prefix="gpt2-published-", dir=self.tmp)
+        shutil.rmtree(d)
+        shutil.copytree(src, d)
+        with open(os.path.join(src, "model.safetensors"), "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+            data = f.read()
+        meta = header.pop("__metadata__", None)
+        tensors = []  # (name, dtype, shape, bytes)
+        for name, t in header.items():
+            a, b = t["data_offsets"]
+            tensors.append((name[len("transformer."):] if name.startswith("transformer.")
+                            else name, t["dtype"], t["shape"], data[a:b]))
+        n_ctx = 8
+        one, zero = b"\x00\x00\x80\x3f", b"\x00" * 4  # little-endian f32 1.0 and 0.0
+        mask = b"".join(one if j <= i else zero for i in range(n_ctx) for j in range(n_ctx))
+        for layer in range(2):
+            tensors.append(("h.%d.attn.bias" % layer, "F32", [1, 1, n_ctx, n_ctx], mask))
+            tensors.append(("h.%d.attn.masked_bias" % layer, "F32", [], b"\x00\x40\x1c\xc6"))
+        tensors += list(extra)
+        new_header, blob, off = {}, b"", 0
+        for name, dt, shape, raw in tensors:
+            new_header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
+            blob += raw
+            off += len(raw)
+        if meta is not None:
+            new_header["__metadata__"] = meta
+        h = json.dumps(new_header).encode()
+        h += b" " * (-len(h) % 8)
+        with open(os.path.join(d, "model.safetensors"), "wb") as f:
+            f.write(len(h).to_bytes(8, "little") + h + blob)
+        return d
+
+    def test_gpt2_published_spelling_binds(self):
+        # transformers' base_model_prefix and GPT-2's mask buffers: the plugin declares both
+        # (base_model, ignore_tensors); the tokens equal the fixture's own
+        ref = self.reference("gpt2-f32")
+        d = self._gpt2_as_published()
+        rc, out, err = cli("run", d, "-n", "8", "--json", "--prompt-tokens",
+                           ",".join(str(t) for t in ref["prompts"][1]), "--log-level", "debug")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(json.loads(out.strip().splitlines()[0])["tokens"], ref["greedy"][1][:8])
+        self.assertIn("4 ignored", err)
+        # a tensor nobody declared is still reported, with the stripped spelling
+        d2 = self._gpt2_as_published(extra=[("h.0.attn.c_extra.weight", "F32", [1], b"\x00" * 4)])
+        shutil.rmtree(d)
+        self.assert_error(cli("run", d2, "-n", "1", "--prompt-tokens", "1"), 3, "config-error",
+                          "h.0.attn.c_extra.weight")
+
     def test_run_limits_are_usage_errors(self):
         model = os.path.join(MODELS, "llama-mha-f32")
         rc, out, err = cli("run", model, "--prompt-tokens", "1,2,3", "-n", "1073741824")

@@ -83,6 +83,8 @@ static lh_host_api make_api(void)
     a.add_head = lh_build_add_head;
     a.add_param = lh_build_add_param;
     a.add_layernorm = lh_build_add_layernorm;
+    a.base_model = lh_build_base_model;
+    a.ignore_tensors = lh_build_ignore_tensors;
     a.add_linear_transposed = lh_build_add_linear_transposed;
     a.tie_weights = lh_build_tie_weights;
     a.build_fail = lh_build_fail;
@@ -861,6 +863,26 @@ static lh_status c_tie_noweight(const lh_host_api *api, lh_build *b)
     lh_module *c = api->add_container(b, NULL, "c");
     return api->tie_weights(b, c, emb);
 }
+static lh_status c_base_not_root_child(const lh_host_api *api, lh_build *b)
+{
+    lh_module *tr = api->add_container(b, NULL, "transformer");
+    return api->base_model(b, api->add_container(b, tr, "h"));
+}
+static lh_status c_base_twice(const lh_host_api *api, lh_build *b)
+{
+    api->base_model(b, api->add_container(b, NULL, "transformer"));
+    return api->base_model(b, api->add_container(b, NULL, "model"));
+}
+static lh_status c_ignore_empty(const lh_host_api *api, lh_build *b)
+{
+    return api->ignore_tensors(b, "attn.");
+}
+static lh_status c_ignore_many(const lh_host_api *api, lh_build *b)
+{
+    for (int i = 0; i < 9; i++)
+        api->ignore_tensors(b, "attn.bias");
+    return api->build_status(b);
+}
 static lh_status c_layernorm_eps(const lh_host_api *api, lh_build *b)
 {
     api->add_layernorm(b, NULL, "ln", 4, NAN, true);
@@ -944,6 +966,11 @@ static void test_build_errors(void)
         {"tie mismatch", c_tie_mismatch, LH_E_USAGE, "[101, 64]"},
         {"tie self", c_tie_self, LH_E_USAGE, "itself"},
         {"tie no weight", c_tie_noweight, LH_E_USAGE, "'c' has no weight"},
+        {"base model not a root child", c_base_not_root_child, LH_E_USAGE,
+         "the base model must be a child of the root"},
+        {"two base models", c_base_twice, LH_E_USAGE, "'transformer' is already the base model"},
+        {"ignore suffix", c_ignore_empty, LH_E_USAGE, "'attn.' is not a dotted name suffix"},
+        {"ignore many", c_ignore_many, LH_E_USAGE, "more than 8 suffixes"},
         {"layernorm eps", c_layernorm_eps, LH_E_USAGE, "layernorm 'ln': eps nan"},
         {"transposed dim", c_transposed_dim, LH_E_USAGE, "'c_attn': dimension 1 is 0"},
         {"rotary_dim", c_rotary_dim, LH_E_USAGE, "rotary_dim"},
