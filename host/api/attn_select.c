@@ -1,8 +1,11 @@
 #include "attn_select.h"
 
+#include "api/attn_needs.h"
+
 #include "core/err.h"
 #include "core/log.h"
 #include "core/strutil.h"
+#include "runtime/device.h"
 #include "runtime/kv_cache.h"
 
 #include "lh_kernels.h"

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "model/model.h"
 #include "resolve/resolve.h"
+#include "runtime/device.h"
 #include "runtime/runner.h"
 #include "runtime/generate.h"
 #include "weights/checkpoint.h"

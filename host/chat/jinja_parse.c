@@ -1,7 +1,9 @@
-/* The Jinja subset's lexer and parser (see jinja.h). Syntax errors longjmp out of the parser;
- * every node lives in the template's arena, so nothing leaks. */
+/* The Jinja subset's lexer and parser (see jinja.h), and the compiled template that holds
+ * their result. Syntax errors longjmp out of the parser; every node lives in the template's
+ * arena, so nothing leaks. */
 #include "chat/jinja_internal.h"
 #include "core/err.h"
+#include "core/utf8.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -71,10 +73,12 @@ static void pos_at(parser *p, size_t off, int *line, int *col)
         if (p->src[p->cur_off] == '\n') {
             p->cur_line++;
             p->cur_col = 1;
-        } else if (((unsigned char)p->src[p->cur_off] & 0xC0) != 0x80) {
+            p->cur_off++;
+        } else { /* a column a character (an ill-formed subsequence is one) */
+            size_t bad = 1, k = lh_utf8_next(p->src + p->cur_off, p->len - p->cur_off, NULL, &bad);
             p->cur_col++;
+            p->cur_off += k ? k : bad;
         }
-        p->cur_off++;
     }
     *line = p->cur_line;
     *col = p->cur_col;
@@ -110,25 +114,6 @@ static char *arena_strndup(parser *p, const char *s, size_t n)
 static bool is_space(char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-static void utf8_put(char *d, size_t *n, unsigned cp)
-{
-    if (cp < 0x80) {
-        d[(*n)++] = (char)cp;
-    } else if (cp < 0x800) {
-        d[(*n)++] = (char)(0xC0 | (cp >> 6));
-        d[(*n)++] = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        d[(*n)++] = (char)(0xE0 | (cp >> 12));
-        d[(*n)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        d[(*n)++] = (char)(0x80 | (cp & 0x3F));
-    } else {
-        d[(*n)++] = (char)(0xF0 | (cp >> 18));
-        d[(*n)++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        d[(*n)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        d[(*n)++] = (char)(0x80 | (cp & 0x3F));
-    }
 }
 
 /* Lexes the inside of a {{ }} or {% %} tag starting at *i; stops at the closing delimiter.
@@ -245,10 +230,11 @@ static size_t lex_tag(parser *p, size_t i, bool block, bool *rstrip, bool *plus,
                                                           ? h - '0'
                                                           : (tolower((unsigned char)h) - 'a' + 10));
                         }
-                        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+                        size_t k = lh_utf8_encode(cp, d + m); /* 0: not a scalar value */
+                        if (!k)
                             fail(p, LH_E_UNSUPPORTED, t->line, t->col,
                                  "escape of code point U+%X in a string literal", cp);
-                        utf8_put(d, &m, cp);
+                        m += k;
                         break;
                     }
                     default:
@@ -448,15 +434,6 @@ static void enter(parser *p, tok *t)
 
 static jnode *parse_expr(parser *p);
 static jnode *parse_or(parser *p);
-
-static const char *const known_filters[] = {
-    "trim", "length", "count", "tojson", "capitalize", "upper", "lower", "title", "default",
-    "d", "items", "join", "first", "last", "string", "list", "reverse", "replace", "int",
-    "float", "abs", "select", "reject", "selectattr", "rejectattr", "map"};
-static const char *const known_tests[] = {
-    "defined", "undefined", "none", "string", "number", "integer", "float", "boolean",
-    "mapping", "iterable", "sequence", "true", "false", "odd", "even", "divisibleby",
-    "eq", "equalto", "ne", "=="};
 
 static bool in_list(const char *s, const char *const *l, size_t n)
 {
@@ -695,7 +672,7 @@ static jnode *parse_filters(parser *p, jnode *nd)
             tok *nm = next(p);
             if (nm->k != T_NAME)
                 unexpected(p, nm, "a filter name");
-            if (!in_list(nm->s, known_filters, sizeof known_filters / sizeof *known_filters))
+            if (!jb_find(JB_FILTER, nm->s)->fn)
                 fail(p, LH_E_UNSUPPORTED, nm->line, nm->col, "unknown filter '%s'", nm->s);
             jnode *f = mk(p, E_FILTER, nm);
             f->name = nm->s;
@@ -718,7 +695,7 @@ static jnode *parse_filters(parser *p, jnode *nd)
                                                                             : NULL;
             if (!tn)
                 unexpected(p, nm, "a test name");
-            if (!in_list(tn, known_tests, sizeof known_tests / sizeof *known_tests))
+            if (!jb_find(JB_TEST, tn)->fn)
                 fail(p, LH_E_UNSUPPORTED, nm->line, nm->col, "unknown test '%s'", tn);
             jnode *f = mk(p, E_TEST, nm);
             f->name = tn;
@@ -1117,4 +1094,93 @@ lh_status lh_jinja_parse(lh_jinja *t, const char *src, size_t len, jnode **root,
     free(p->toks);
     free(p);
     return st;
+}
+
+/* ---- the template ---------------------------------------------------------------------- */
+
+void *lh_jinja_arena_alloc(lh_jinja *t, size_t n)
+{
+    if (t->nblocks == t->capblocks) {
+        size_t nc = t->capblocks ? t->capblocks * 2 : 256;
+        void **nb = realloc(t->blocks, nc * sizeof *nb);
+        if (!nb)
+            return NULL;
+        t->blocks = nb;
+        t->capblocks = nc;
+    }
+    void *p = calloc(1, n ? n : 1);
+    if (p)
+        t->blocks[t->nblocks++] = p;
+    return p;
+}
+
+bool lh_jinja_arena_keep(lh_jinja *t, json_t *v)
+{
+    if (t->nvals == t->capvals) {
+        size_t nc = t->capvals ? t->capvals * 2 : 64;
+        json_t **nv = realloc(t->vals, nc * sizeof *nv);
+        if (!nv) {
+            json_decref(v);
+            return false;
+        }
+        t->vals = nv;
+        t->capvals = nc;
+    }
+    t->vals[t->nvals++] = v;
+    return true;
+}
+
+void lh_jinja_free(lh_jinja *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->nblocks; i++)
+        free(t->blocks[i]);
+    for (size_t i = 0; i < t->nvals; i++)
+        json_decref(t->vals[i]);
+    free(t->blocks);
+    free(t->vals);
+    free(t);
+}
+
+/* Jinja's lexer normalizes newlines to \n and drops one trailing newline. */
+lh_status lh_jinja_compile(const char *src, size_t len, lh_jinja **out, lh_err *err)
+{
+    lh_err_clear(err);
+    if (!out)
+        return lh_err_set(err, LH_E_USAGE, "lh_jinja_compile: out is NULL");
+    *out = NULL;
+    if (!src)
+        return lh_err_set(err, LH_E_USAGE, "lh_jinja_compile: no template");
+    for (size_t i = 0; i < len; i++)
+        if (src[i] == 0)
+            return lh_err_set(err, LH_E_CONFIG, "chat template: NUL byte at offset %zu", i);
+    lh_jinja *t = calloc(1, sizeof *t);
+    char *norm = malloc(len + 1);
+    if (!t || !norm) {
+        free(t);
+        free(norm);
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (src[i] == '\r') {
+            norm[m++] = '\n';
+            if (i + 1 < len && src[i + 1] == '\n')
+                i++;
+        } else {
+            norm[m++] = src[i];
+        }
+    }
+    if (m && norm[m - 1] == '\n')
+        m--;
+    norm[m] = 0;
+    lh_status st = lh_jinja_parse(t, norm, m, &t->root, err);
+    free(norm);
+    if (st != LH_OK) {
+        lh_jinja_free(t);
+        return st;
+    }
+    *out = t;
+    return LH_OK;
 }

@@ -3,6 +3,8 @@
 
 #include "llmhost.h"
 
+#include "core/utf8.h"
+
 #include <jansson.h>
 
 #include <ctype.h>
@@ -180,42 +182,6 @@ static lh_status oom(lh_err *err)
     return LH_E_NOMEM;
 }
 
-/* Code point at *p (valid UTF-8 assumed; bad bytes read as themselves), advancing p. */
-static uint32_t utf8_next(const unsigned char **p)
-{
-    const unsigned char *s = *p;
-    uint32_t c = s[0];
-    int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : 0;
-    c = n == 3 ? c & 7 : n == 2 ? c & 15 : n == 1 ? c & 31 : c;
-    s++;
-    for (int i = 0; i < n && (*s & 0xC0) == 0x80; i++)
-        c = (c << 6) | (*s++ & 0x3F);
-    *p = s;
-    return c;
-}
-
-static bool utf8_valid(const char *str)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    while (*s) {
-        int n = *s < 0x80 ? 0 : (*s & 0xE0) == 0xC0 ? 1 : (*s & 0xF0) == 0xE0 ? 2
-              : (*s & 0xF8) == 0xF0 ? 3 : -1;
-        if (n < 0 || (n == 1 && *s < 0xC2) || (n == 3 && *s > 0xF4))
-            return false;
-        uint32_t c = *s & (n == 0 ? 0x7F : n == 1 ? 0x1F : n == 2 ? 0x0F : 0x07);
-        s++;
-        for (int i = 0; i < n; i++, s++) {
-            if ((*s & 0xC0) != 0x80)
-                return false;
-            c = (c << 6) | (*s & 0x3F);
-        }
-        if ((n == 2 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) ||
-            (n == 3 && (c < 0x10000 || c > 0x10FFFF)))
-            return false;
-    }
-    return true;
-}
-
 /* A "type": NAME anywhere inside j (transformers' _decoder_has_type). */
 static bool json_has_type(json_t *j, const char *name)
 {
@@ -299,8 +265,7 @@ static int stop_matcher_init(stop_matcher *m, const lh_tokenizer *tok, const cha
     for (size_t i = 0; i < n_strs; i++) {
         int64_t units = 0;
         if (m->mode == SS_TEXT)
-            for (const unsigned char *p = (const unsigned char *)strs[i]; *p; p++)
-                units += (*p & 0xC0) != 0x80;
+            units = (int64_t)lh_utf8_count(strs[i], strlen(strs[i])); /* valid: checked */
         else
             units = (int64_t)strlen(strs[i]);
         if (units > m->window)
@@ -365,16 +330,13 @@ static lh_status clean_token(stop_matcher *m, int32_t id, const char **out, size
         c = malloc(tl + 1);
         if (!c)
             return oom(err);
-        const unsigned char *p = (const unsigned char *)tokstr;
         bool all = true;
-        while (*p && all) {
-            uint32_t cp = utf8_next(&p);
-            bool in = cp < 324 && (cp >= 256 || m->byte_of[cp] == cp);
-            if (cp == 0)
-                in = false;
-            if (in)
+        for (size_t q = 0, k; all && q < tl; q += k) {
+            uint32_t cp = 0;
+            k = lh_utf8_next(tokstr + q, tl - q, &cp, NULL);
+            all = k && cp < 324 && (cp >= 256 || m->byte_of[cp] == cp);
+            if (all)
                 c[cl++] = (char)m->byte_of[cp];
-            all = in;
         }
         if (!all) {
             free(c);
@@ -625,7 +587,7 @@ int lh_cli_run(const lh_cli_args *a)
     for (size_t i = 0; rc == 0 && !text_mode && i < n_prompts; i++)
         rc = parse_ids("run", "--prompt-tokens", a->prompt_tokens[i], &ids[i], &lens[i]);
     for (size_t i = 0; rc == 0 && i < a->n_stop_strings; i++)
-        if (!utf8_valid(a->stop_strings[i])) {
+        if (!lh_utf8_valid(a->stop_strings[i], strlen(a->stop_strings[i]))) {
             fprintf(stderr, "llmhost run: --stop %zu is not valid UTF-8\n", i);
             rc = LH_E_USAGE;
         }

@@ -1,4 +1,9 @@
-/* Internal: the YAML run config (libyaml) and its one validator.
+/* Internal: the YAML run config (libyaml), CLI overrides and its one validator.
+ *
+ * Every key is one entry of the key table (run_config_keys.h: type, default, range or enum
+ * names, where it may come from, help); the YAML reader (run_config_yaml.c), --set
+ * (lh_run_config_set), explain's JSON and the key reference in README.md all come from it, and
+ * the cross-key rules live in run_config_validate.c.
  *
  * Schema (every key optional; unknown keys are errors with a did-you-mean):
  *   mm_encoder_only: bool
@@ -34,6 +39,7 @@
  *                                         cuda:0; N a CUDA device ordinal >= 0). A CUDA device
  *                                         that is not there is refused when the engine opens
  *                                         (or explain runs): lh_run_resolve_device
+ *                                         (runtime/device.h)
  *   cuda_graphs: bool                     (default true: a CUDA device replays each decode step
  *                                         as one CUDA graph; unused on the CPU)
  *   quant:
@@ -184,65 +190,29 @@ void lh_run_config_init(lh_run_config *rc);
 lh_status lh_run_config_load_file(lh_run_config *rc, const char *path, lh_err *err);
 lh_status lh_run_config_load_string(lh_run_config *rc, const char *yaml_text,
                                     const char *source_name, lh_err *err);
-/* A CLI override "key=value" ('-' in the key reads as '_') for the scalar keys:
- * mm_encoder_only, dtype, max_seq_len, max_batch_size, model_impl (TARGET or TARGET:MODE or
- * off), quant (a scheme name), weight_placement, attn_backend, attn_backend_fallback,
- * beam_width=N, fused_rope=true|false, device=auto|cpu|cuda|cuda:N, cuda_graphs=true|false,
- * kv_cache.dtype=NAME (both tensors), kv_cache.k_dtype,
- * kv_cache.v_dtype, kv_cache.memory_fraction=F, kv_cache.max_tokens=N, kv_cache.block_size=N,
- * kv_cache.layout=NHD|HND. kv_cache.max_tokens=auto and kv_cache.memory_fraction=auto unset
- * the value (so that a flag can choose the other of the two over a YAML file).
+/* A CLI override "key=value" ('-' in the key reads as '_') for the keys the key table marks
+ * LH_RC_SET (run_config_keys.c; README.md lists them): the scalar root keys, model_impl
+ * (TARGET or TARGET:MODE or off), quant (a scheme name) and the kv_cache.* keys
+ * (kv_cache.dtype sets both tensors). Booleans also take 1/0. kv_cache.max_tokens=auto and
+ * kv_cache.memory_fraction=auto unset the value (so that a flag can choose the other of the
+ * two over a YAML file).
  * Each sets the value's origin to LH_ORIGIN_FLAG.
  * Errors: LH_E_USAGE naming the flag and the accepted values; on error rc is unchanged. */
 lh_status lh_run_config_set(lh_run_config *rc, const char *key_eq_value, lh_err *err);
 
-/* What the validator knows beyond the run config: the selected attention backend and the
- * model geometry (each may be absent). */
-typedef struct lh_validation_facts {
-    const char *attn_backend;     /* normalized name of the selected backend, or NULL */
-    uint64_t attn_caps;           /* its LH_ATTN_CAP_* flags (plugin_api/lh_plugin.h) */
-    const lh_model_geometry *geo; /* NULL: no model known */
-    const char *model_path;       /* config.json path, for messages; may be NULL */
-} lh_validation_facts;
-
-/* One capability a run needs of its attention backend. */
-typedef struct lh_attn_need {
-    const char *capability; /* "sliding_window", "chunked", "mla", "fp8_kv", "sparse", "mixed_kv" */
-    uint64_t bit;           /* LH_ATTN_CAP_* */
-    bool needed;
-    char because[160];      /* e.g. "kv_cache.k_dtype=fp8_e4m3 (from run.yaml:3:12)" or
-                             * "sliding_window=4096 in /path/config.json"; "" when not needed.
-                             * Longer texts are cut and end in "..." */
-} lh_attn_need;
-#define LH_ATTN_MAX_NEEDS 8
-/* Fills out[] with every capability rule (needed or not), in a fixed order (sliding_window,
- * chunked, mla, fp8_kv, sparse, mixed_kv); returns the count. The one table behind both the
- * validator's errors and the explain trace. geo NULL: the model rules are not needed. */
-size_t lh_attn_needs(const lh_run_config *rc, const lh_model_geometry *geo, const char *model_path,
-                     lh_attn_need out[LH_ATTN_MAX_NEEDS]);
-/* The whole validator, run before anything is loaded or allocated: the rc-only rules
- * (LH_E_CONFIG naming the key(s) and where each value came from), then (when
- * facts->attn_backend is set) each needed capability the backend lacks → LH_E_UNSUPPORTED
- * "attention backend 'X' does not support Y, which this run needs (because ...); see
- * `llmhost backends`". facts may be NULL (rc-only rules). */
-lh_status lh_run_config_validate_with(const lh_run_config *rc, const lh_validation_facts *facts,
-                                      lh_err *err);
-/* lh_run_config_validate_with(rc, NULL, err). */
+/* The run config's own rules (run_config_validate.c; run before anything is loaded or
+ * allocated): LH_E_CONFIG naming the key(s) and where each value came from. rc NULL:
+ * LH_E_USAGE. The rules that need the selected attention backend's capabilities are
+ * lh_run_config_validate_with (api/attn_needs.h), which runs these first. */
 lh_status lh_run_config_validate(const lh_run_config *rc, lh_err *err);
+/* The device rule alone (a device kind or ordinal no parser produces: API users fill the
+ * struct): LH_E_CONFIG. Also run by lh_run_resolve_device (runtime/device.h). */
+lh_status lh_run_config_validate_device(const lh_run_config *rc, lh_err *err);
 void lh_run_config_free(lh_run_config *rc);
 /* The longest sequence a run holds: max_seq_len from the run config (rc may be NULL), else
  * the model's max_position_embeddings (4096 when absent) x the factor of dynamic NTK scaling
  * (which exists to go beyond it), capped at INT32_MAX (positions are int32). */
 int64_t lh_run_max_seq_len(const lh_run_config *rc, const lh_model_geometry *g);
-/* Decides the device: auto -> cuda:0 when lh_k_cuda_device_count() > 0, else cpu (why names
- * lh_k_cuda_unavailable_reason()); cpu -> cpu; cuda[:N] -> that device, or LH_E_UNSUPPORTED
- * naming what was asked, the reason CUDA is unavailable or the number of devices present, and
- * the key's origin (YAML file:line:col or the flag). why (may be NULL) receives a one-line
- * explanation for explain ("auto: no CUDA device (REASON)" / "auto: 1 CUDA device" / "run
- * config FILE:3:9" / "--device"). A device kind or ordinal no parser produces (API users fill
- * the struct) is LH_E_CONFIG; rc NULL or out NULL is LH_E_USAGE. */
-lh_status lh_run_resolve_device(const lh_run_config *rc, lh_device *out, char *why,
-                                size_t why_size, lh_err *err);
 /* "auto", "cpu" or "cuda:N" for what rc asks; into buf, returns buf. */
 const char *lh_run_device_str(const lh_run_config *rc, char *buf, size_t n);
 /* "cpu" or "cuda:N"; into buf, returns buf. */

@@ -1,6 +1,7 @@
 #include "fileio.h"
 
 #include "err.h"
+#include "strbuf.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -21,26 +22,26 @@ lh_status lh_read_text_file(const char *path, const char *what, size_t max_bytes
         fclose(f);
         return lh_err_set(err, LH_E_IO, "%s: is a directory, not a %s file", path, what);
     }
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    lh_status rc = buf ? LH_OK : lh_err_set(err, LH_E_NOMEM, "%s: out of memory", path);
-    while (rc == LH_OK) {
-        if (n + 1 == cap) {
-            if (cap > max_bytes) {
-                rc = lh_err_set(err, too_big_code, "%s: larger than %zu bytes; not a %s", path,
-                                max_bytes, what);
-                break;
-            }
-            char *g = realloc(buf, cap * 2);
-            if (!g) {
-                rc = lh_err_set(err, LH_E_NOMEM, "%s: out of memory", path);
-                break;
-            }
-            buf = g;
-            cap *= 2;
+    /* read at most one byte past the limit: that byte tells "too big" from "exactly
+     * max_bytes" */
+    if (max_bytes > SIZE_MAX / 4)
+        max_bytes = SIZE_MAX / 4;
+    lh_strbuf b = {0};
+    lh_status rc = LH_OK;
+    bool too_big = false;
+    for (;;) {
+        if (b.len > max_bytes) {
+            too_big = true;
+            break;
         }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
+        const size_t want = max_bytes - b.len + 1 < 65536 ? max_bytes - b.len + 1 : 65536;
+        if (!lh_strbuf_reserve(&b, want)) {
+            rc = lh_err_set(err, LH_E_NOMEM, "%s: out of memory", path);
+            break;
+        }
+        size_t got = fread(b.s + b.len, 1, want, f);
+        b.len += got;
+        b.s[b.len] = '\0';
         if (got == 0) {
             if (ferror(f))
                 rc = lh_err_set(err, LH_E_IO, "%s: read error: %s", path, strerror(errno));
@@ -48,17 +49,16 @@ lh_status lh_read_text_file(const char *path, const char *what, size_t max_bytes
         }
     }
     fclose(f);
-    if (rc == LH_OK && n > max_bytes)
+    if (rc == LH_OK && too_big)
         rc = lh_err_set(err, too_big_code, "%s: larger than %zu bytes; not a %s", path,
                         max_bytes, what);
-    if (rc == LH_OK && memchr(buf, '\0', n))
+    if (rc == LH_OK && b.len && memchr(b.s, '\0', b.len))
         rc = lh_err_set(err, too_big_code, "%s: contains a NUL byte; not a text %s", path, what);
     if (rc != LH_OK) {
-        free(buf);
+        lh_strbuf_free(&b);
         return rc;
     }
-    buf[n] = '\0';
-    *text = buf;
-    *len = n;
-    return LH_OK;
+    *len = b.len;
+    *text = lh_strbuf_take(&b);
+    return *text ? LH_OK : lh_err_set(err, LH_E_NOMEM, "%s: out of memory", path);
 }

@@ -1,3 +1,4 @@
+#include "core/strbuf.h"
 #include "plugin_probe.h"
 
 #include "core/err.h"
@@ -161,20 +162,18 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-typedef struct probe_buf {
-    char *data;
-    size_t len, cap;
-} probe_buf;
+/* the child's report, in the host's growable buffer (bytes; limit PROBE_MAX_REPORT) */
+typedef lh_strbuf probe_buf;
 
 /* Whether buf holds a complete 'E' record, i.e. the child said everything. */
 static bool report_complete(const probe_buf *b)
 {
     size_t i = 0;
     while (i + 5 <= b->len) {
-        size_t n = (size_t)(unsigned char)b->data[i + 1] |
-                   (size_t)(unsigned char)b->data[i + 2] << 8 |
-                   (size_t)(unsigned char)b->data[i + 3] << 16;
-        if (b->data[i] == 'E')
+        size_t n = (size_t)(unsigned char)b->s[i + 1] |
+                   (size_t)(unsigned char)b->s[i + 2] << 8 |
+                   (size_t)(unsigned char)b->s[i + 3] << 16;
+        if (b->s[i] == 'E')
             return true;
         i += 5 + n;
     }
@@ -196,13 +195,13 @@ static void parse_report(const probe_buf *b, lh_plugin_probe *p, bool *got_statu
     size_t i = 0;
     int kind = -1;
     while (i + 5 <= b->len) {
-        char type = b->data[i];
-        size_t n = (size_t)(unsigned char)b->data[i + 1] |
-                   (size_t)(unsigned char)b->data[i + 2] << 8 |
-                   (size_t)(unsigned char)b->data[i + 3] << 16;
+        char type = b->s[i];
+        size_t n = (size_t)(unsigned char)b->s[i + 1] |
+                   (size_t)(unsigned char)b->s[i + 2] << 8 |
+                   (size_t)(unsigned char)b->s[i + 3] << 16;
         if (i + 5 + n > b->len)
             break;
-        char *s = dupn(b->data + i + 5, n);
+        char *s = dupn(b->s + i + 5, n);
         i += 5 + n;
         if (!s)
             break;
@@ -305,9 +304,7 @@ lh_status lh_plugin_probe_file(const char *path, bool allow_insecure, double tim
     setpgid(pid, pid); /* also done in the child; whichever runs first */
     close(fds[1]);
 
-    probe_buf b = {0};
-    if ((b.data = malloc(65536 * 2)))
-        b.cap = 65536 * 2;
+    probe_buf b = {.limit = PROBE_MAX_REPORT};
     double deadline = now_s() + timeout_s;
     bool timed_out = false, reaped = false;
     int ws = 0;
@@ -325,15 +322,9 @@ lh_status lh_plugin_probe_file(const char *path, bool allow_insecure, double tim
         if (pr < 0 && errno != EINTR)
             break;
         if (pr > 0) {
-            if (b.len + 65536 > b.cap) {
-                size_t cap = b.cap ? b.cap * 2 : 65536 * 2;
-                char *g = cap <= PROBE_MAX_REPORT ? realloc(b.data, cap) : NULL;
-                if (!g)
-                    break;
-                b.data = g;
-                b.cap = cap;
-            }
-            ssize_t r = read(fds[0], b.data + b.len, 65536);
+            if (!lh_strbuf_reserve(&b, 65536))
+                break;
+            ssize_t r = read(fds[0], b.s + b.len, 65536);
             if (r < 0 && errno == EINTR)
                 continue;
             if (r <= 0)
@@ -346,8 +337,9 @@ lh_status lh_plugin_probe_file(const char *path, bool allow_insecure, double tim
         if (w == pid) {
             reaped = true;
             /* what it wrote between the poll and its death is still in the pipe */
-            while (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN) && b.len < b.cap) {
-                ssize_t r = read(fds[0], b.data + b.len, b.cap - b.len);
+            while (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN) &&
+                   lh_strbuf_reserve(&b, 65536)) {
+                ssize_t r = read(fds[0], b.s + b.len, 65536);
                 if (r <= 0)
                     break;
                 b.len += (size_t)r;
@@ -372,7 +364,7 @@ lh_status lh_plugin_probe_file(const char *path, bool allow_insecure, double tim
 
     bool got_status = false;
     parse_report(&b, out, &got_status);
-    free(b.data);
+    lh_strbuf_free(&b);
     if (timed_out) {
         out->outcome = LH_PROBE_TIMED_OUT;
         out->status = phase_class(out->phase);

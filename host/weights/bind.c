@@ -4,6 +4,7 @@
 
 #include "../core/err.h"
 #include "../core/log.h"
+#include "../core/strbuf.h"
 #include "../model/tree_internal.h"
 #include "lh_kernels.h"
 
@@ -118,61 +119,19 @@ lh_status lh_bind_convert(const void *src, lh_dtype sd, void *dst, lh_dtype dd, 
     return LH_OK;
 }
 
-/* A growable string; `oom` set on the first failed allocation (then appends do nothing). */
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void sb_vadd(sbuf *b, const char *fmt, va_list ap)
+static void sb_shape(lh_strbuf *b, int ndim, const int64_t *shape)
 {
-    if (b->oom)
-        return;
-    va_list ap2;
-    va_copy(ap2, ap);
-    int k = vsnprintf(NULL, 0, fmt, ap2);
-    va_end(ap2);
-    if (k < 0)
-        return;
-    if (b->n + (size_t)k + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (b->n + (size_t)k + 1 > cap)
-            cap *= 2;
-        char *g = realloc(b->s, cap);
-        if (!g) {
-            b->oom = true;
-            return;
-        }
-        b->s = g;
-        b->cap = cap;
-    }
-    vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
-    b->n += (size_t)k;
-}
-
-static void sb_add(sbuf *b, const char *fmt, ...) LH_PRINTF(2, 3);
-static void sb_add(sbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    sb_vadd(b, fmt, ap);
-    va_end(ap);
-}
-
-static void sb_shape(sbuf *b, int ndim, const int64_t *shape)
-{
-    sb_add(b, "[");
+    lh_strbuf_printf(b, "[");
     for (int i = 0; i < ndim; i++)
-        sb_add(b, "%s%" PRId64, i ? ", " : "", shape[i]);
-    sb_add(b, "]");
+        lh_strbuf_printf(b, "%s%" PRId64, i ? ", " : "", shape[i]);
+    lh_strbuf_printf(b, "]");
 }
 
 /* "module.param", or "param" for the root. */
-static void sb_param_name(sbuf *b, const lh_param *p)
+static void sb_param_name(lh_strbuf *b, const lh_param *p)
 {
     const char *mn = p->owner->name;
-    sb_add(b, "%s%s%s", mn, mn[0] ? "." : "", p->name);
+    lh_strbuf_printf(b, "%s%s%s", mn, mn[0] ? "." : "", p->name);
 }
 
 /* A param paired with a tensor (either may be NULL, by list). */
@@ -220,23 +179,23 @@ typedef struct report {
     pairs kind[K_COUNT];
 } report;
 
-static void report_entry(sbuf *b, int kind, const pair *e)
+static void report_entry(lh_strbuf *b, int kind, const pair *e)
 {
     switch (kind) {
     case K_MISSING:
         sb_param_name(b, e->p);
         break;
     case K_UNEXPECTED:
-        sb_add(b, "%s", e->t->name);
+        lh_strbuf_printf(b, "%s", e->t->name);
         break;
     case K_SHAPE:
-        sb_add(b, "%s expected ", e->t->name);
+        lh_strbuf_printf(b, "%s expected ", e->t->name);
         sb_shape(b, e->p->ndim, e->p->shape);
-        sb_add(b, ", found ");
+        lh_strbuf_printf(b, ", found ");
         sb_shape(b, e->t->ndim, e->t->shape);
         break;
     case K_DTYPE:
-        sb_add(b, "unsupported dtype %s for tensor %s", lh_st_dtype_name(e->t->st_dtype),
+        lh_strbuf_printf(b, "unsupported dtype %s for tensor %s", lh_st_dtype_name(e->t->st_dtype),
                e->t->name);
         break;
     }
@@ -245,38 +204,38 @@ static void report_entry(sbuf *b, int kind, const pair *e)
 static const char *const KIND_NAMES[K_COUNT] = {"missing", "unexpected", "mis-shaped",
                                                 "unsupported dtype"};
 
-static void format_report(sbuf *b, const lh_model *m, const lh_checkpoint *ck, const report *r,
+static void format_report(lh_strbuf *b, const lh_model *m, const lh_checkpoint *ck, const report *r,
                           size_t limit, bool nothing_matched)
 {
-    sb_add(b, "%s: checkpoint %s does not match the model:", m->provider,
+    lh_strbuf_printf(b, "%s: checkpoint %s does not match the model:", m->provider,
            lh_checkpoint_path(ck));
     bool first = true;
     for (int k = 0; k < K_COUNT; k++)
         if (r->kind[k].n) {
-            sb_add(b, "%s %zu %s", first ? "" : ",", r->kind[k].n, KIND_NAMES[k]);
+            lh_strbuf_printf(b, "%s %zu %s", first ? "" : ",", r->kind[k].n, KIND_NAMES[k]);
             first = false;
         }
     for (int k = 0; k < K_COUNT; k++) {
         const pairs *v = &r->kind[k];
         if (!v->n)
             continue;
-        sb_add(b, "\n  %s (%zu): ", KIND_NAMES[k], v->n);
+        lh_strbuf_printf(b, "\n  %s (%zu): ", KIND_NAMES[k], v->n);
         size_t shown = v->n < limit ? v->n : limit;
         for (size_t i = 0; i < shown; i++) {
             if (i)
-                sb_add(b, ", ");
+                lh_strbuf_printf(b, ", ");
             report_entry(b, k, &v->a[i]);
         }
         if (shown < v->n)
-            sb_add(b, ", ... and %zu more", v->n - shown);
+            lh_strbuf_printf(b, ", ... and %zu more", v->n - shown);
         if (k == K_DTYPE)
-            sb_add(b, "; supported: F32, F16, BF16");
+            lh_strbuf_printf(b, "; supported: F32, F16, BF16");
     }
     if (nothing_matched)
-        sb_add(b, "\n  no parameter name matched any tensor: is this a checkpoint of another "
+        lh_strbuf_printf(b, "\n  no parameter name matched any tensor: is this a checkpoint of another "
                   "architecture, or does it use another name prefix?");
     if (r->kind[K_MISSING].n + r->kind[K_UNEXPECTED].n > 2 * limit)
-        sb_add(b, "\n  (LLMHOST_LOG=debug lists every entry)");
+        lh_strbuf_printf(b, "\n  (LLMHOST_LOG=debug lists every entry)");
 }
 
 static lh_status fail_report(const lh_model *m, const lh_checkpoint *ck, const report *r,
@@ -284,7 +243,7 @@ static lh_status fail_report(const lh_model *m, const lh_checkpoint *ck, const r
 {
     for (int k = 0; k < K_COUNT; k++) /* the full lists, for LLMHOST_LOG=debug */
         for (size_t i = 0; i < r->kind[k].n; i++) {
-            sbuf e = {0};
+            lh_strbuf e = {0};
             report_entry(&e, k, &r->kind[k].a[i]);
             lh_log(LH_LOG_DEBUG, "weights: %s: %s", KIND_NAMES[k], e.s ? e.s : "?");
             free(e.s);
@@ -292,12 +251,12 @@ static lh_status fail_report(const lh_model *m, const lh_checkpoint *ck, const r
     /* Leave room in the message for the callers' context prefixes. */
     const size_t budget = sizeof(((lh_err *)0)->msg) - 400;
     static const size_t limits[] = {REPORT_MAX_PER_KIND, 10, 5, 3, 1};
-    sbuf b = {0};
+    lh_strbuf b = {0};
     for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
-        b.n = 0;
+        b.len = 0;
         b.oom = false;
         format_report(&b, m, ck, r, limits[i], nothing_matched);
-        if (b.oom || b.n < budget)
+        if (b.oom || b.len < budget)
             break;
     }
     lh_status st = b.oom || !b.s
@@ -323,10 +282,10 @@ static void unbind(lh_model *m)
 /* Looks up the tensor named after p, or (p under the tree's base model) the same name
  * without the base model's prefix, as a checkpoint of the base model alone spells it.
  * `name` is scratch. */
-static const lh_st_tensor *find_for(const lh_checkpoint *ck, const lh_param *p, sbuf *name,
+static const lh_st_tensor *find_for(const lh_checkpoint *ck, const lh_param *p, lh_strbuf *name,
                                     size_t *index)
 {
-    name->n = 0;
+    name->len = 0;
     sb_param_name(name, p);
     if (name->oom)
         return NULL;
@@ -381,7 +340,7 @@ static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
     report r;
     memset(&r, 0, sizeof r);
     pairs jobs = {0};
-    sbuf name = {0};
+    lh_strbuf name = {0};
     void *scratch = NULL;
     size_t matched = 0; /* non-tied params that found a tensor */
     bool oom = !used;

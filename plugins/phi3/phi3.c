@@ -30,6 +30,16 @@ static double partial_rotary_factor(const lh_host_api *api, const lh_model_confi
     return f;
 }
 
+/* Phi-3's RoPE: transformers' Phi3Config reads the old names "su" and "yarn" as longrope and
+ * accepts nothing but default and longrope. */
+static lh_rope_scaling rope_scaling(const lh_host_api *api, const lh_model_config *cfg)
+{
+    lh_rope_scaling s = api->config_geometry(cfg)->rope_scaling;
+    if (s.kind && (!strcmp(s.kind, "su") || !strcmp(s.kind, "yarn")))
+        s.kind = "longrope";
+    return s;
+}
+
 static lh_status check_config(const lh_host_api *api, const lh_model_config *cfg, lh_error *err)
 {
     const lh_model_geometry *g = api->config_geometry(cfg);
@@ -44,6 +54,11 @@ static lh_status check_config(const lh_host_api *api, const lh_model_config *cfg
     if (api->config_get_string(cfg, "hidden_act", &act) == 1 && strcmp(act, "silu") != 0)
         return lh_error_set(err, LH_E_UNSUPPORTED, "hidden_act '%s' is not supported; "
                             "Phi3ForCausalLM's gated MLP implements silu", act);
+    const lh_rope_scaling rs = rope_scaling(api, cfg);
+    if (rs.kind && strcmp(rs.kind, "default") != 0 && strcmp(rs.kind, "longrope") != 0)
+        return lh_error_set(err, LH_E_UNSUPPORTED, "rope_scaling type '%s' is not supported by "
+                            "Phi3ForCausalLM (default, longrope; su and yarn mean longrope)",
+                            rs.kind);
     const double prf = partial_rotary_factor(api, cfg);
     const int64_t rot = (int64_t)((double)g->head_dim * prf);
     if (!(prf > 0.0 && prf <= 1.0) || rot < 2 || rot % 2 != 0)
@@ -77,7 +92,7 @@ static lh_status construct(const lh_host_api *api, lh_build *b, const lh_model_c
             .sliding_window = g->sliding_window,
             .rope = true,
             .rope_theta = g->rope_theta,
-            .rope_scaling = g->rope_scaling,
+            .rope_scaling = rope_scaling(api, cfg),
             .max_positions = g->max_position_embeddings,
             .rotary_dim = (int64_t)((double)D * partial_rotary_factor(api, cfg)),
         };

@@ -287,6 +287,8 @@ static void test_unsupported(void)
     expect_render("{{ 'abc'.zfill(5) }}", NULL, LH_E_UNSUPPORTED, "method 'zfill' on a string");
     expect_render("{{ [1].append(2) }}", NULL, LH_E_UNSUPPORTED, "method 'append' on a list");
     expect_render("{{ {'a': 1}.pop('a') }}", NULL, LH_E_UNSUPPORTED, "method 'pop' on a dict");
+    expect_render("{{ 'x'.startswith() }}", NULL, LH_E_CONFIG, "startswith needs one argument");
+    expect_render("{{ 'x'.endswith() }}", NULL, LH_E_CONFIG, "endswith needs one argument");
     expect_render("{{ 'x' | tojson(colour=1) }}", NULL, LH_E_UNSUPPORTED, "no argument 'colour'");
     expect_render("{{ [1] | map('upper') | list }}", NULL, LH_E_UNSUPPORTED, "map with a filter");
     expect_render("{{ {1: 2} }}", NULL, LH_E_UNSUPPORTED, "dict keys");
@@ -321,6 +323,8 @@ static void test_runtime_errors(void)
                   NULL, LH_OK, "13['a', 'b ']");
     expect_render("{{ 'Ünï straße' | upper }} {{ 'hello-world foo_bar' | title }} {{ 'aBC'.capitalize() }}",
                   NULL, LH_OK, "ÜNÏ STRASSE Hello-World Foo_bar Abc");
+    /* the smallest integer modulo -1 (a trap in C) */
+    expect_render("{{ (-9223372036854775807 - 1) is divisibleby(-1) }}", NULL, LH_OK, "True");
     expect_render("  {%+ if true %}x{% endif +%}\ny", NULL, LH_OK, "  x\ny");
     expect_render("a\r\nb{# c #}\r\n", NULL, LH_OK, "a\nb");
 }

@@ -575,6 +575,8 @@ class TestErrorClasses(CliTestCase):
                           "rope_parameters.full_attention.rope_type 'yarn' is not supported")
         self.assert_error(cli("explain", cfg("bad/phi3-partial-rotary")), 3, "config-error",
                           "partial_rotary_factor=0.01 gives 0 rotary dims of head_dim 96")
+        self.assert_error(cli("explain", cfg("bad/phi3-rope-linear")), 14, "unsupported",
+                          "rope_scaling type 'linear' is not supported by Phi3ForCausalLM")
 
     def test_config_empty_architectures(self):
         self.assert_error(cli("explain", cfg("bad/empty-architectures")), 3, "config-error",

@@ -1,5 +1,9 @@
 /* YAML run config: values and origins, every error class, CLI overrides, the validator. */
 #include "config/run_config.h"
+
+#include "api/attn_needs.h"
+#include "runtime/device.h"
+
 #include "lh_kernels.h"
 #include "lh_plugin.h"
 #include "runner.h"
