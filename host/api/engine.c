@@ -26,7 +26,7 @@
 /* lh_engine_cancel is documented as callable from a signal handler */
 _Static_assert(ATOMIC_BOOL_LOCK_FREE == 2, "lh_engine_cancel needs a lock-free atomic_bool");
 
-/* weight_placement: auto resolves to this; chosen by tools/bench/bench_inference (README) */
+/* weight_placement: auto resolves to this; chosen by tools/bench/bench_inference (docs/benchmarks.md) */
 #define LH_AUTO_PLACEMENT LH_PLACE_MMAP
 
 struct lh_engine {

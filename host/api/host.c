@@ -254,24 +254,26 @@ static lh_status load_run_config(const char *config_file, const char *config_tex
     return st;
 }
 
-lh_status lh_validate_run_config(const char *config_file, const char *const *overrides,
-                                 lh_err *err)
+static lh_status validate(const char *file, const char *text, const char *const *overrides,
+                          lh_err *err)
 {
     lh_err_clear(err);
     lh_run_config rc;
-    lh_status st = load_run_config(config_file, NULL, overrides, &rc, err);
+    lh_status st = load_run_config(file, text, overrides, &rc, err);
     lh_run_config_free(&rc);
     return st;
+}
+
+lh_status lh_validate_run_config(const char *config_file, const char *const *overrides,
+                                 lh_err *err)
+{
+    return validate(config_file, NULL, overrides, err);
 }
 
 lh_status lh_validate_run_config_text(const char *config_text, const char *const *overrides,
                                       lh_err *err)
 {
-    lh_err_clear(err);
-    lh_run_config rc;
-    lh_status st = load_run_config(NULL, config_text, overrides, &rc, err);
-    lh_run_config_free(&rc);
-    return st;
+    return validate(NULL, config_text, overrides, err);
 }
 
 /* Run config first and validated before anything loads (DESIGN §9), then config.json. */

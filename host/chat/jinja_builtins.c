@@ -6,11 +6,22 @@
 #include "core/utf8.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <utf8proc.h>
+
+/* A required argument: false (and the template fails with "WHO needs WHAT") when x is
+ * absent. */
+static bool need_arg(jctx *c, const jnode *at, const json_t *x, const char *who,
+                     const char *what)
+{
+    if (!x)
+        jv_fail(c, at, LH_E_CONFIG, "%s needs %s", who, what);
+    return x != NULL;
+}
 
 #define BUILTIN(name) \
     static json_t *name(jctx *c, const jbuiltin *b, const jnode *at, json_t *v, json_t **a)
@@ -588,10 +599,8 @@ BUILTIN(fn_raise_exception)
 BUILTIN(fn_strftime_now)
 {
     (void)v;
-    if (!a[0]) {
-        jv_fail(c, at, LH_E_CONFIG, "strftime_now needs a format");
+    if (!need_arg(c, at, a[0], "strftime_now", "a format"))
         return NULL;
-    }
     if (!jv_need_str(c, at, a[0], b->name))
         return NULL;
     struct tm tm;
@@ -737,10 +746,8 @@ BUILTIN(m_split)
  * it always was. */
 BUILTIN(m_affix)
 {
-    if (!a[0]) {
-        jv_fail(c, at, LH_E_CONFIG, "%s needs one argument", b->name);
+    if (!need_arg(c, at, a[0], b->name, "one argument"))
         return NULL;
-    }
     if (!jv_need_str(c, at, a[0], b->name))
         return NULL;
     size_t n = json_string_length(v), k = json_string_length(a[0]);
@@ -759,10 +766,8 @@ BUILTIN(m_case)
 BUILTIN(m_replace)
 {
     (void)b;
-    if (!a[0] || !a[1]) {
-        jv_fail(c, at, LH_E_CONFIG, "replace needs two arguments");
+    if (!need_arg(c, at, a[0] && a[1] ? a[0] : NULL, "replace", "two arguments"))
         return NULL;
-    }
     return do_replace(c, at, v, a[0], a[1], a[2]);
 }
 
@@ -793,10 +798,8 @@ BUILTIN(m_keys)
 BUILTIN(m_get)
 {
     (void)b;
-    if (!a[0]) {
-        jv_fail(c, at, LH_E_CONFIG, "get needs a key");
+    if (!need_arg(c, at, a[0], "get", "a key"))
         return NULL;
-    }
     json_t *x = json_is_string(a[0]) ? json_object_get(v, json_string_value(a[0])) : NULL;
     return json_incref(x ? x : a[1]);
 }

@@ -9,6 +9,7 @@
 #include "core/err.h"
 #include "core/strbuf.h"
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -80,6 +81,10 @@ typedef struct jctx {
 } jctx;
 
 /* Records the first runtime error (at: where, or NULL); always false. */
+/* The one form of a template error: "chat template LINE:COL: message" (line 0: without the
+ * position; LH_E_NOMEM: "out of memory"), into err. */
+void lh_jinja_errorv(lh_err *err, lh_status code, int line, int col, const char *fmt,
+                     va_list ap);
 bool jv_fail(jctx *c, const jnode *at, lh_status code, const char *fmt, ...) LH_PRINTF(4, 5);
 #define JV_OOM(c) jv_fail((c), NULL, LH_E_NOMEM, "out of memory")
 

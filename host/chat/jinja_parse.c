@@ -47,15 +47,10 @@ static _Noreturn void fail(parser *p, lh_status code, int line, int col, const c
     LH_PRINTF(5, 6);
 static _Noreturn void fail(parser *p, lh_status code, int line, int col, const char *fmt, ...)
 {
-    char buf[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    lh_jinja_errorv(p->err, code, line, col, fmt, ap);
     va_end(ap);
-    if (code == LH_E_NOMEM)
-        lh_err_set(p->err, code, "out of memory");
-    else
-        lh_err_set(p->err, code, "chat template %d:%d: %s", line, col, buf);
     p->code = code;
     longjmp(p->jb, 1);
 }

@@ -10,23 +10,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+void lh_jinja_errorv(lh_err *err, lh_status code, int line, int col, const char *fmt,
+                     va_list ap)
+{
+    char buf[1536];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    if (code == LH_E_NOMEM)
+        lh_err_set(err, code, "out of memory");
+    else if (line > 0)
+        lh_err_set(err, code, "chat template %d:%d: %s", line, col, buf);
+    else
+        lh_err_set(err, code, "chat template: %s", buf);
+}
+
 bool jv_fail(jctx *c, const jnode *at, lh_status code, const char *fmt, ...)
 {
     if (c->failed)
         return false;
     c->failed = true;
     c->code = code;
-    char buf[1536];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    lh_jinja_errorv(c->err, code, at ? at->line : 0, at ? at->col : 0, fmt, ap);
     va_end(ap);
-    if (code == LH_E_NOMEM)
-        lh_err_set(c->err, code, "out of memory");
-    else if (at)
-        lh_err_set(c->err, code, "chat template %d:%d: %s", at->line, at->col, buf);
-    else
-        lh_err_set(c->err, code, "chat template: %s", buf);
     return false;
 }
 

@@ -1,5 +1,7 @@
 #include "cli_args.h"
 
+#include "llmhost.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -13,20 +15,11 @@ enum {
     OPT_CONFIG,
     OPT_CUSTOM_DIR,
     OPT_INSECURE,
-    OPT_DTYPE,
-    OPT_MAX_SEQ_LEN,
-    OPT_MAX_BATCH,
-    OPT_MODEL_IMPL,
-    OPT_ENCODER_ONLY,
-    OPT_QUANT,
     OPT_LOG_LEVEL,
     OPT_PROMPT_TOKENS,
     OPT_TOKENS,
     OPT_OUT,
     OPT_THREADS,
-    OPT_ATTN_BACKEND,
-    OPT_WEIGHT_PLACEMENT,
-    OPT_ATTN_FALLBACK,
     OPT_SET,
     OPT_CONTEXT,
     OPT_BATCH,
@@ -45,30 +38,23 @@ enum {
     OPT_TEXT_FILE,
     OPT_NO_SPECIAL,
     OPT_CHAT,
-    OPT_DEVICE,
 };
 
-static const struct option options[] = {
+/* The options of the CLI itself; the run-config keys with a dedicated flag come from the key
+ * table (lh_run_config_key_at) and are appended at parse time, as OPT_KEY + their index. */
+#define OPT_KEY 2000
+static const struct option own_options[] = {
     {"help", no_argument, NULL, 'h'},
     {"json", no_argument, NULL, OPT_JSON},
     {"config", required_argument, NULL, OPT_CONFIG},
     {"custom-module-dir", required_argument, NULL, OPT_CUSTOM_DIR},
     {"allow-insecure-plugins", no_argument, NULL, OPT_INSECURE},
-    {"dtype", required_argument, NULL, OPT_DTYPE},
-    {"max-seq-len", required_argument, NULL, OPT_MAX_SEQ_LEN},
-    {"max-batch-size", required_argument, NULL, OPT_MAX_BATCH},
-    {"model-impl", required_argument, NULL, OPT_MODEL_IMPL},
-    {"mm-encoder-only", no_argument, NULL, OPT_ENCODER_ONLY},
-    {"quant", required_argument, NULL, OPT_QUANT},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"prompt-tokens", required_argument, NULL, OPT_PROMPT_TOKENS},
     {"tokens", required_argument, NULL, OPT_TOKENS},
     {"out", required_argument, NULL, OPT_OUT},
     {"max-new-tokens", required_argument, NULL, 'n'},
     {"threads", required_argument, NULL, OPT_THREADS},
-    {"attn-backend", required_argument, NULL, OPT_ATTN_BACKEND},
-    {"attn-backend-fallback", no_argument, NULL, OPT_ATTN_FALLBACK},
-    {"weight-placement", required_argument, NULL, OPT_WEIGHT_PLACEMENT},
     {"set", required_argument, NULL, OPT_SET},
     {"context", required_argument, NULL, OPT_CONTEXT},
     {"batch", required_argument, NULL, OPT_BATCH},
@@ -88,9 +74,31 @@ static const struct option options[] = {
     {"text-file", required_argument, NULL, OPT_TEXT_FILE},
     {"no-special", no_argument, NULL, OPT_NO_SPECIAL},
     {"chat", no_argument, NULL, OPT_CHAT},
-    {"device", required_argument, NULL, OPT_DEVICE},
     {NULL, 0, NULL, 0},
 };
+
+#define N_OWN (sizeof own_options / sizeof *own_options - 1)
+#define MAX_KEY_FLAGS 64
+
+/* own_options followed by the table's flags, and each flag's key info. */
+static size_t build_options(struct option *opts, lh_run_config_key_info *info)
+{
+    memcpy(opts, own_options, N_OWN * sizeof *opts);
+    size_t n = N_OWN, k = 0;
+    lh_run_config_key_info ki = {.struct_size = sizeof ki};
+    for (size_t i = 0; lh_run_config_key_at(i, &ki) && k < MAX_KEY_FLAGS; i++) {
+        if (!ki.flag || strncmp(ki.flag, "--", 2) != 0)
+            continue;
+        info[k] = ki;
+        opts[n++] = (struct option){ki.flag + 2, ki.flag_takes_value ? required_argument
+                                                                      : no_argument,
+                                    NULL, OPT_KEY + (int)k};
+        k++;
+        ki = (lh_run_config_key_info){.struct_size = sizeof ki};
+    }
+    opts[n] = (struct option){NULL, 0, NULL, 0};
+    return k;
+}
 
 /* A whole decimal number in [lo, hi]; prints the reason and returns 2 otherwise. */
 static int parse_long(const char *cmd, const char *flag, const char *text, long lo, long hi,
@@ -167,7 +175,19 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
     optind = 2;
     opterr = 0;
     int c, rc = 0;
+    struct option options[N_OWN + MAX_KEY_FLAGS + 1];
+    lh_run_config_key_info keys[MAX_KEY_FLAGS];
+    const size_t n_keys = build_options(options, keys);
     while (rc == 0 && (c = getopt_long(argc, argv, ":hn:p:", options, NULL)) != -1) {
+        if (c >= OPT_KEY && (size_t)(c - OPT_KEY) < n_keys) {
+            /* a run-config key's own flag: an override "flag-name=VALUE", which the run
+             * config checks like --set (its messages name the flag) */
+            const lh_run_config_key_info *k = &keys[c - OPT_KEY];
+            if (strcmp(k->name, "max_batch_size") == 0)
+                a->batch_size_given = true;
+            rc = add_override(a, k->flag + 2, k->flag_takes_value ? optarg : "true");
+            continue;
+        }
         switch (c) {
         case 'h': a->help = true; break;
         case OPT_JSON: a->json = true; break;
@@ -181,15 +201,6 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
             }
             break;
         case OPT_INSECURE: a->allow_insecure = true; break;
-        case OPT_DTYPE: rc = add_override(a, "dtype", optarg); break;
-        case OPT_MAX_SEQ_LEN: rc = add_override(a, "max-seq-len", optarg); break;
-        case OPT_MAX_BATCH:
-            a->batch_size_given = true;
-            rc = add_override(a, "max-batch-size", optarg);
-            break;
-        case OPT_MODEL_IMPL: rc = add_override(a, "model-impl", optarg); break;
-        case OPT_ENCODER_ONLY: rc = add_override(a, "mm-encoder-only", "true"); break;
-        case OPT_QUANT: rc = add_override(a, "quant", optarg); break;
         case OPT_PROMPT_TOKENS:
             if (a->n_prompts == LH_CLI_MAX_DIRS) {
                 fprintf(stderr, "llmhost: at most %d --prompt-tokens\n", LH_CLI_MAX_DIRS);
@@ -220,10 +231,6 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
             a->threads = (int)t;
             break;
         }
-        case OPT_ATTN_BACKEND: rc = add_override(a, "attn-backend", optarg); break;
-        case OPT_ATTN_FALLBACK: rc = add_override(a, "attn-backend-fallback", "true"); break;
-        case OPT_WEIGHT_PLACEMENT: rc = add_override(a, "weight-placement", optarg); break;
-        case OPT_DEVICE: rc = add_override(a, "device", optarg); break;
         case OPT_SET: { /* any run-config override KEY=VALUE (lh_run_config_set checks it) */
             const char *eq = strchr(optarg, '=');
             if (!eq || eq == optarg) {

@@ -50,18 +50,6 @@ static const char *jstr(const json_t *o, const char *key)
     return s ? s : "";
 }
 
-static void print_human_bytes(const char *label, json_int_t bytes)
-{
-    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    printf("  %-24s %.2f %s (%lld bytes)\n", label, v, units[u], (long long)bytes);
-}
-
 static void print_resolution(const json_t *j)
 {
     printf("config:                  %s\n", jstr(j, "config"));
@@ -103,6 +91,12 @@ static const char *human_bytes(json_int_t bytes, char *buf, size_t n)
     }
     snprintf(buf, n, "%.2f %s", v, units[u]);
     return buf;
+}
+
+static void print_human_bytes(const char *label, json_int_t bytes)
+{
+    char b[64];
+    printf("  %-24s %s (%lld bytes)\n", label, human_bytes(bytes, b, sizeof b), (long long)bytes);
 }
 
 /* One CUDA device of lh_devices_json / the explain trace, on one line. */
@@ -234,6 +228,54 @@ static void print_plan(const json_t *j)
                (long long)jint(g, "bytes"));
 }
 
+/* A command that takes no MODEL and prints one JSON document of the host: as it is with
+ * --json, else through print_text. */
+static int host_json_command(const lh_cli_args *a, const char *cmd,
+                             lh_status (*fetch)(lh_host *, char **, lh_err *),
+                             void (*print_text)(const json_t *j))
+{
+    if (a->model) {
+        fprintf(stderr, "llmhost %s: takes no MODEL argument\n", cmd);
+        return LH_E_USAGE;
+    }
+    apply_log_level(a);
+    lh_err err = {0};
+    lh_host *h;
+    if (lh_cli_open_host(a, &h, &err))
+        return report(&err);
+    char *text = NULL;
+    lh_status st = fetch(h, &text, &err);
+    if (st == LH_OK && a->json) {
+        print_json_text(text);
+    } else if (st == LH_OK) {
+        json_t *j = json_loads(text, 0, NULL);
+        print_text(j);
+        json_decref(j);
+    }
+    free(text);
+    lh_host_free(h);
+    return st == LH_OK ? 0 : report(&err);
+}
+
+static void print_list(const json_t *j)
+{
+    size_t i, k;
+    json_t *idx, *row;
+    printf("%-18s %-34s %-9s %s\n", "KIND", "NAME", "ORIGIN", "SHARED OBJECT");
+    json_array_foreach(json_object_get(j, "indexes"), i, idx)
+        json_array_foreach(json_object_get(idx, "rows"), k, row)
+            printf("%-18s %-34s %-9s %s\n", jstr(row, "kind"), jstr(row, "name"),
+                   jstr(idx, "origin"), jstr(row, "shared_object"));
+    json_t *dir, *mod, *r;
+    size_t d, m;
+    json_array_foreach(json_object_get(j, "eager_dirs"), d, dir)
+        json_array_foreach(json_object_get(dir, "modules"), m, mod)
+            json_array_foreach(json_object_get(mod, "registrations"), k, r)
+                printf("%-18s %-34s %-9s %s (%s)\n", jstr(r, "kind"), jstr(r, "name"),
+                       "external", jstr(mod, "path"), jstr(r, "outcome"));
+    printf("loaded plugins: %zu\n", json_array_size(json_object_get(j, "loaded_plugins")));
+}
+
 int lh_cli_list(const lh_cli_args *a)
 {
     if (a->help) {
@@ -243,42 +285,33 @@ int lh_cli_list(const lh_cli_args *a)
                "\n%s", lh_cli_exit_status_text);
         return 0;
     }
-    if (a->model) {
-        fprintf(stderr, "llmhost list: takes no MODEL argument\n");
-        return LH_E_USAGE;
+    return host_json_command(a, "list", lh_host_list_json, print_list);
+}
+
+static void print_backends(const json_t *j)
+{
+    /* columns: the capability names in the library's order (jansson keeps insertion
+     * order), so a new flag shows up without touching the CLI */
+    const json_t *first = json_object_get(json_array_get(json_object_get(j, "backends"), 0),
+                                          "capabilities");
+    const char *cap;
+    const json_t *unused;
+    printf("%-12s", "BACKEND");
+    json_object_foreach((json_t *)first, cap, unused)
+        printf(" %-14s", cap);
+    printf(" SHARED OBJECT\n");
+    size_t i;
+    json_t *b;
+    json_array_foreach(json_object_get(j, "backends"), i, b) {
+        printf("%-12s", jstr(b, "name"));
+        json_object_foreach((json_t *)first, cap, unused)
+            printf(" %-14s",
+                   json_is_true(json_object_get(json_object_get(b, "capabilities"), cap))
+                       ? "yes"
+                       : "-");
+        printf(" %s (%s)\n", jstr(b, "shared_object"), jstr(b, "origin"));
     }
-    apply_log_level(a);
-    lh_err err = {0};
-    lh_host *h;
-    int rc = lh_cli_open_host(a, &h, &err);
-    if (rc)
-        return report(&err);
-    char *text = NULL;
-    lh_status st = lh_host_list_json(h, &text, &err);
-    if (st == LH_OK && a->json) {
-        print_json_text(text);
-    } else if (st == LH_OK) {
-        json_t *j = json_loads(text, 0, NULL);
-        size_t i, k;
-        json_t *idx, *row;
-        printf("%-18s %-34s %-9s %s\n", "KIND", "NAME", "ORIGIN", "SHARED OBJECT");
-        json_array_foreach(json_object_get(j, "indexes"), i, idx)
-            json_array_foreach(json_object_get(idx, "rows"), k, row)
-                printf("%-18s %-34s %-9s %s\n", jstr(row, "kind"), jstr(row, "name"),
-                       jstr(idx, "origin"), jstr(row, "shared_object"));
-        json_t *dir, *mod, *r;
-        size_t d, m;
-        json_array_foreach(json_object_get(j, "eager_dirs"), d, dir)
-            json_array_foreach(json_object_get(dir, "modules"), m, mod)
-                json_array_foreach(json_object_get(mod, "registrations"), k, r)
-                    printf("%-18s %-34s %-9s %s (%s)\n", jstr(r, "kind"), jstr(r, "name"),
-                           "external", jstr(mod, "path"), jstr(r, "outcome"));
-        printf("loaded plugins: %zu\n", json_array_size(json_object_get(j, "loaded_plugins")));
-        json_decref(j);
-    }
-    free(text);
-    lh_host_free(h);
-    return st == LH_OK ? 0 : report(&err);
+    print_devices(j);
 }
 
 int lh_cli_backends(const lh_cli_args *a)
@@ -292,48 +325,7 @@ int lh_cli_backends(const lh_cli_args *a)
                lh_cli_exit_status_text);
         return 0;
     }
-    if (a->model) {
-        fprintf(stderr, "llmhost backends: takes no MODEL argument\n");
-        return LH_E_USAGE;
-    }
-    apply_log_level(a);
-    lh_err err = {0};
-    lh_host *h;
-    if (lh_cli_open_host(a, &h, &err))
-        return report(&err);
-    char *text = NULL;
-    lh_status st = lh_host_backends_json(h, &text, &err);
-    if (st == LH_OK && a->json) {
-        print_json_text(text);
-    } else if (st == LH_OK) {
-        json_t *j = json_loads(text, 0, NULL);
-        /* columns: the capability names in the library's order (jansson keeps insertion
-         * order), so a new flag shows up without touching the CLI */
-        const json_t *first = json_object_get(json_array_get(json_object_get(j, "backends"), 0),
-                                              "capabilities");
-        const char *cap;
-        const json_t *unused;
-        printf("%-12s", "BACKEND");
-        json_object_foreach((json_t *)first, cap, unused)
-            printf(" %-14s", cap);
-        printf(" SHARED OBJECT\n");
-        size_t i;
-        json_t *b;
-        json_array_foreach(json_object_get(j, "backends"), i, b) {
-            printf("%-12s", jstr(b, "name"));
-            json_object_foreach((json_t *)first, cap, unused)
-                printf(" %-14s",
-                       json_is_true(json_object_get(json_object_get(b, "capabilities"), cap))
-                           ? "yes"
-                           : "-");
-            printf(" %s (%s)\n", jstr(b, "shared_object"), jstr(b, "origin"));
-        }
-        print_devices(j);
-        json_decref(j);
-    }
-    free(text);
-    lh_host_free(h);
-    return st == LH_OK ? 0 : report(&err);
+    return host_json_command(a, "backends", lh_host_backends_json, print_backends);
 }
 
 static int resolve_or_explain(const lh_cli_args *a, bool explain)

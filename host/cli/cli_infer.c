@@ -3,6 +3,7 @@
 
 #include "llmhost.h"
 
+#include "core/strbuf.h"
 #include "core/utf8.h"
 
 #include <jansson.h>
@@ -170,8 +171,7 @@ typedef struct stop_matcher {
     int32_t **hist;           /* per sequence: its last W ids (prompt, then output) */
     int64_t *hist_len;
     size_t n_seqs;
-    char *buf;
-    size_t buf_cap;
+    lh_strbuf buf;            /* the window's clean strings, concatenated */
     uint8_t byte_of[324];     /* byte-level: code point -> byte */
 } stop_matcher;
 
@@ -245,7 +245,7 @@ static void stop_matcher_free(stop_matcher *m)
             free(m->hist[s]);
     free(m->hist);
     free(m->hist_len);
-    free(m->buf);
+    lh_strbuf_free(&m->buf);
     memset(m, 0, sizeof *m);
 }
 
@@ -395,31 +395,26 @@ static lh_status stop_matcher_step(stop_matcher *m, size_t s, int32_t id, bool *
     if (m->hist_len[s] == m->window)
         memmove(h, h + 1, (size_t)(--m->hist_len[s]) * sizeof *h);
     h[m->hist_len[s]++] = id;
-    size_t n = 0, last = 0;
+    size_t last = 0;
+    m->buf.len = 0;
     for (int64_t i = 0; i < m->hist_len[s]; i++) {
         const char *c;
         size_t cl;
         lh_status st = clean_token(m, h[i], &c, &cl, err);
         if (st != LH_OK)
             return st;
-        if (n + cl + 1 > m->buf_cap) {
-            size_t cap = (n + cl + 1) * 2;
-            char *nb = realloc(m->buf, cap);
-            if (!nb)
-                return oom(err);
-            m->buf = nb;
-            m->buf_cap = cap;
-        }
-        last = n;
-        memcpy(m->buf + n, c, cl);
-        n += cl;
+        last = m->buf.len;
+        lh_strbuf_add(&m->buf, c, cl);
     }
+    if (!lh_strbuf_ok(&m->buf))
+        return oom(err);
+    const size_t n = m->buf.len;
     for (size_t j = 0; j < m->n_strs && !*hit; j++) {
         size_t L = strlen(m->strs[j]);
         /* an occurrence that ends after `last` starts after last - L */
         size_t from = last + 1 > L ? last + 1 - L : 0;
         if (from < n && n - from >= L)
-            *hit = memmem(m->buf + from, n - from, m->strs[j], L) != NULL;
+            *hit = memmem(m->buf.s + from, n - from, m->strs[j], L) != NULL;
     }
     return LH_OK;
 }

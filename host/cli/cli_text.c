@@ -1,5 +1,6 @@
 /* llmhost tokenize: the model's tokenizer.json, without plugins or weights. */
 #include "cli_commands.h"
+#include "core/strbuf.h"
 
 #include "llmhost.h"
 
@@ -21,43 +22,40 @@ static const char tokenize_help[] =
     "Errors: no tokenizer.json (13, the path named), a tokenizer component this build does\n"
     "not support (14), a malformed tokenizer.json (3), text that is not UTF-8 (2).\n";
 
-/* Reads a whole file; NULL after printing why (errno kept in *err_no). */
+/* Reads a whole file (any bytes); NULL on failure, with errno kept in *err_no. */
 static char *read_all(const char *path, size_t *len, int *err_no)
 {
     FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
     if (!f) {
         *err_no = errno;
         return NULL;
     }
+    lh_strbuf b = {0};
     for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                *err_no = ENOMEM;
-                return NULL;
-            }
-            buf = nb;
+        if (!lh_strbuf_reserve(&b, 65536)) {
+            fclose(f);
+            lh_strbuf_free(&b);
+            *err_no = ENOMEM;
+            return NULL;
         }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
+        size_t got = fread(b.s + b.len, 1, 65536, f);
+        b.len += got;
+        b.s[b.len] = '\0';
         if (got == 0)
             break;
     }
     if (ferror(f)) {
         *err_no = errno ? errno : EIO;
-        free(buf);
+        lh_strbuf_free(&b);
         fclose(f);
         return NULL;
     }
     fclose(f);
-    buf[n] = '\0';
-    *len = n;
-    return buf;
+    *len = b.len;
+    char *text = lh_strbuf_take(&b);
+    if (!text)
+        *err_no = ENOMEM;
+    return text;
 }
 
 int lh_cli_tokenize(const lh_cli_args *a)

@@ -37,21 +37,13 @@ static const char usage_text[] =
     "  --custom-module-dir DIR      absolute dir of third-party plugins; repeatable, earlier wins;\n"
     "                               then $LLMHOST_CUSTOM_MODULE_DIRS (colon-separated)\n"
     "  --allow-insecure-plugins     load plugin files that fail the permission checks (logged)\n"
-    "  --dtype auto|float32|bfloat16|float16\n"
-    "  --max-seq-len N  --max-batch-size N\n"
-    "  --model-impl TARGET[:auto|:require] | off\n"
-    "  --mm-encoder-only            resolve through the vision-encoder registry\n"
-    "  --quant none|fp8|int8|int4   default quant scheme of linear layers\n"
     "  --log-level error|warn|info|debug   (or $LLMHOST_LOG)\n"
     "  --threads N                  kernel threads (default: every core)\n"
     "  --verbose                    run: print the prefill / decode timings to stderr\n"
-    "  --attn-backend NAME          attention backend (default: paged; see `llmhost backends`)\n"
-    "                               (run, logits, explain, bench)\n"
-    "  --attn-backend-fallback      an unavailable backend falls back to the default (logged)\n"
-    "  --weight-placement auto|mmap|huge_pages   where weights live once loaded\n"
-    "  --device auto|cpu|cuda|cuda:N   where the engine runs (default auto: cuda:0 when a CUDA\n"
-    "                               device is usable, else the CPU); a CUDA device that is not\n"
-    "                               there is exit 14 (run, logits, explain, bench)\n"
+    ;
+
+/* after the run-config key flags */
+static const char usage_tail[] =
     "  --set KEY=VALUE              a scalar run-config key, e.g. kv_cache.dtype=fp8,\n"
     "                               kv_cache.block_size=32, kv_cache.memory_fraction=0.5,\n"
     "                               fused_rope=false, beam_width=1, cuda_graphs=false\n"
@@ -60,6 +52,29 @@ static const char usage_text[] =
     "\n"
     "environment: LLMHOST_PLUGIN_DIR (built-in plugin dir), LLMHOST_CUSTOM_MODULE_DIRS, LLMHOST_LOG\n"
     "\n";
+
+/* The run-config keys with a flag of their own, from the key table (its help, its names). */
+static void print_key_flags(void)
+{
+    lh_run_config_key_info k = {.struct_size = sizeof k};
+    for (size_t i = 0; lh_run_config_key_at(i, &k); i++, k = (lh_run_config_key_info){.struct_size = sizeof k}) {
+        if (!k.flag)
+            continue;
+        char left[128];
+        int n = snprintf(left, sizeof left, "%s", k.flag);
+        if (k.flag_takes_value && !k.value_syntax)
+            for (size_t j = 0; j < k.n_names && n > 0 && (size_t)n < sizeof left; j++)
+                n += snprintf(left + n, sizeof left - (size_t)n, "%s%s", j ? "|" : " ",
+                              k.names[j]);
+        else if (k.flag_takes_value && n > 0 && (size_t)n < sizeof left)
+            n += snprintf(left + n, sizeof left - (size_t)n, " %s", k.value_syntax);
+        /* a long flag takes its own line; the help starts in the column the others use */
+        if (n > 28)
+            printf("  %s\n  %-28s %s (default %s)\n", left, "", k.help, k.default_value);
+        else
+            printf("  %-28s %s (default %s)\n", left, k.help, k.default_value);
+    }
+}
 
 const char lh_cli_exit_status_text[] =
     "exit status (one per error class):\n"
@@ -82,6 +97,8 @@ int main(int argc, char **argv)
     }
     if (!a.command || strcmp(a.command, "help") == 0) {
         fputs(usage_text, stdout);
+        print_key_flags();
+        fputs(usage_tail, stdout);
         fputs(lh_cli_exit_status_text, stdout);
     } else if (strcmp(a.command, "version") == 0 || strcmp(a.command, "--version") == 0) {
         if (a.help) {

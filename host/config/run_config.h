@@ -2,7 +2,7 @@
  *
  * Every key is one entry of the key table (run_config_keys.h: type, default, range or enum
  * names, where it may come from, help); the YAML reader (run_config_yaml.c), --set
- * (lh_run_config_set), explain's JSON and the key reference in README.md all come from it, and
+ * (lh_run_config_set), explain's JSON and the key reference in docs/run-config.md all come from it, and
  * the cross-key rules live in run_config_validate.c.
  *
  * Schema (every key optional; unknown keys are errors with a did-you-mean):
@@ -96,7 +96,7 @@ typedef struct lh_quant_config {
 /* Where bound weights live: in the checkpoint's file mapping (zero-copy), or copied into
  * anonymous memory with transparent huge pages requested (fewer TLB misses when streaming
  * weights during decode; a file mapping never gets huge pages). auto: the measured default
- * (see README, "Benchmarks"). */
+ * (see docs/benchmarks.md). */
 typedef enum lh_weight_placement {
     LH_PLACE_AUTO = 0,
     LH_PLACE_MMAP,
@@ -191,7 +191,7 @@ lh_status lh_run_config_load_file(lh_run_config *rc, const char *path, lh_err *e
 lh_status lh_run_config_load_string(lh_run_config *rc, const char *yaml_text,
                                     const char *source_name, lh_err *err);
 /* A CLI override "key=value" ('-' in the key reads as '_') for the keys the key table marks
- * LH_RC_SET (run_config_keys.c; README.md lists them): the scalar root keys, model_impl
+ * LH_RC_SET (run_config_keys.c; docs/run-config.md lists them): the scalar root keys, model_impl
  * (TARGET or TARGET:MODE or off), quant (a scheme name) and the kv_cache.* keys
  * (kv_cache.dtype sets both tensors). Booleans also take 1/0. kv_cache.max_tokens=auto and
  * kv_cache.memory_fraction=auto unset the value (so that a flag can choose the other of the

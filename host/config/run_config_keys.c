@@ -4,6 +4,7 @@
 
 #include "config/model_config.h"
 #include "core/err.h"
+#include "core/strbuf.h"
 #include "core/strutil.h"
 
 #include <ctype.h>
@@ -454,7 +455,8 @@ const lh_rc_key lh_rc_keys[] = {
      .def = "false", .help = "run only the multimodal encoder",
      AT(mm_encoder_only, mm_encoder_only_origin), NONE2, .json_rank = 1},
     {.name = "model_impl", .type = LH_RC_SECTION, .from = Y | S, .cli = "--model-impl",
-     .def = "none", .help = "a target implementation: {target, mode}; --set TARGET[:MODE] or off",
+     .def = "none", .arg = "TARGET[:auto|:require]|off",
+     .help = "a target implementation: {target, mode}; --set TARGET[:MODE] or off",
      NO_STORAGE, NONE2, .json_rank = 2, .yaml = lh_rc_yaml_model_impl, .set = set_model_impl,
      .to_json = json_model_impl},
     {.name = "dtype", .type = LH_RC_DTYPE, .from = Y | S, .cli = "--dtype", .def = "auto",
@@ -467,6 +469,7 @@ const lh_rc_key lh_rc_keys[] = {
      .def = "1", .help = "sequences per step", AT(max_batch_size, max_batch_size_origin), NONE2,
      .json_rank = 5},
     {.name = "quant", .type = LH_RC_SECTION, .from = Y | S, .cli = "--quant", .def = "none",
+     .arg = "none|fp8|int8|int4",
      .help = "weight quantization; --set quant=SCHEME sets quant.scheme", NO_STORAGE, NONE2,
      .json_rank = 15, .yaml = lh_rc_yaml_quant, .set = set_quant, .to_json = json_quant},
     {.name = "weight_placement", .type = LH_RC_ENUM, .from = Y | S, .cli = "--weight-placement",
@@ -758,37 +761,54 @@ static const char *type_words(const lh_rc_key *k, char *buf, size_t n)
 
 char *lh_rc_keys_markdown(void)
 {
-    size_t cap = 8192, len = 0;
-    char *out = malloc(cap);
-    if (!out)
-        return NULL;
-    out[0] = '\0';
-    for (size_t i = 0; i <= lh_rc_n_keys; i++) {
-        char line[1024], types[256];
-        if (i == 0) {
-            snprintf(line, sizeof line,
-                     "| key | type | default | from | meaning |\n|---|---|---|---|---|\n");
-        } else {
-            const lh_rc_key *k = &lh_rc_keys[i - 1];
-            char from[96];
-            snprintf(from, sizeof from, "%s%s%s%s%s", (k->from & Y) ? "YAML" : "",
-                     (k->from & S) ? ", --set" : "", k->cli ? ", `" : "", k->cli ? k->cli : "",
-                     k->cli ? "`" : "");
-            snprintf(line, sizeof line, "| `%s` | %s | %s | %s | %s |\n", k->name,
-                     type_words(k, types, sizeof types), k->def, from, k->help);
-        }
-        size_t l = strlen(line);
-        if (len + l + 1 > cap) {
-            char *bigger = realloc(out, cap * 2);
-            if (!bigger) {
-                free(out);
-                return NULL;
-            }
-            out = bigger;
-            cap *= 2;
-        }
-        memcpy(out + len, line, l + 1);
-        len += l;
+    lh_strbuf out = {0};
+    lh_strbuf_puts(&out, "| key | type | default | from | meaning |\n|---|---|---|---|---|\n");
+    for (size_t i = 0; i < lh_rc_n_keys; i++) {
+        const lh_rc_key *k = &lh_rc_keys[i];
+        char types[256];
+        lh_strbuf_printf(&out, "| `%s` | %s | %s | %s%s%s%s%s | %s |\n", k->name,
+                         type_words(k, types, sizeof types), k->def,
+                         (k->from & Y) ? "YAML" : "", (k->from & S) ? ", --set" : "",
+                         k->cli ? ", `" : "", k->cli ? k->cli : "", k->cli ? "`" : "", k->help);
     }
-    return out;
+    return lh_strbuf_take(&out);
+}
+
+/* How a value of k is written, for --help. */
+static const char *value_syntax(const lh_rc_key *k)
+{
+    if (k->arg)
+        return k->arg;
+    switch (k->type) {
+    case LH_RC_BOOL: return "true|false";
+    case LH_RC_INT: return "N";
+    case LH_RC_FRACTION: return "F";
+    case LH_RC_DTYPE: return "auto|float32|bfloat16|float16";
+    case LH_RC_DEVICE: return "auto|cpu|cuda|cuda:N";
+    case LH_RC_STRING: return "NAME";
+    default: return k->n_names ? NULL : "VALUE"; /* enums: their names */
+    }
+}
+
+LH_EXPORT int lh_run_config_key_at(size_t i, lh_run_config_key_info *out)
+{
+    if (!out || i >= lh_rc_n_keys || out->struct_size < sizeof(uint32_t))
+        return 0;
+    const lh_rc_key *k = &lh_rc_keys[i];
+    const lh_run_config_key_info info = {
+        .struct_size = out->struct_size,
+        .name = k->name,
+        .flag = k->cli,
+        .flag_takes_value = k->cli && k->type != LH_RC_BOOL,
+        .settable = (k->from & LH_RC_SET) != 0,
+        .yaml = (k->from & LH_RC_YAML) != 0,
+        .names = k->type == LH_RC_ENUM || k->type == LH_RC_DTYPE ? k->names : NULL,
+        .n_names = k->type == LH_RC_ENUM || k->type == LH_RC_DTYPE ? k->n_names : 0,
+        .value_syntax = value_syntax(k),
+        .default_value = k->def,
+        .help = k->help,
+    };
+    const size_t n = out->struct_size < sizeof info ? out->struct_size : sizeof info;
+    memcpy(out, &info, n);
+    return 1;
 }

@@ -2,7 +2,7 @@
  * kv_cache.block_size, quant.rules[].scheme) says its type, default, range or enum names,
  * where it may come from (the YAML file, --set KEY=VALUE, a dedicated CLI flag) and its help
  * text; the YAML reader, lh_run_config_set, lh_run_config_to_json, the did-you-mean lists and
- * the key reference (lh_rc_keys_markdown, which README.md embeds) are all driven by it.
+ * the key reference (lh_rc_keys_markdown, which docs/run-config.md embeds) are all driven by it.
  * Adding a key is one entry in run_config_keys.c (plus its cross-key rule, if any, in
  * run_config_validate.c). In the manner of Redis's config.c (standardConfig / typeInterface).
  *
@@ -54,6 +54,7 @@ struct lh_rc_key {
     unsigned from;       /* LH_RC_YAML | LH_RC_SET */
     unsigned flags;      /* LH_RC_AUTO_UNSETS ... */
     const char *cli;     /* the dedicated CLI flag ("--dtype"), or NULL */
+    const char *arg;     /* the flag's value syntax when its type does not say it */
     const char *def;     /* the default, in words */
     const char *help;    /* one line */
     const char *expected; /* strings: what the YAML error says is expected */
@@ -123,8 +124,8 @@ lh_status lh_rc_yaml_kv_cache(lh_rc_yaml_ctx *c, const lh_rc_key *k, const lh_yn
 lh_status lh_rc_yaml_sparse(lh_rc_yaml_ctx *c, const lh_rc_key *k, const lh_ynode *n);
 lh_status lh_rc_yaml_speculative(lh_rc_yaml_ctx *c, const lh_rc_key *k, const lh_ynode *n);
 
-/* The key reference as a Markdown table, one row per key in table order (README.md embeds it
- * between "<!-- run-config keys -->" markers; tests/config checks they agree). malloc'd, the
+/* The key reference as a Markdown table, one row per key in table order (docs/run-config.md
+ * embeds it between "<!-- run-config keys -->" markers; tests/config checks they agree). malloc'd, the
  * caller frees it; NULL when out of memory. */
 char *lh_rc_keys_markdown(void);
 

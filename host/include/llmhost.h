@@ -84,7 +84,7 @@ LH_EXPORT lh_status lh_host_loaded_plugins_json(lh_host *h, char **json_out, lh_
 
 /* Resolve a model (directory or config.json path) with an optional YAML run config (a file
  * path, or the YAML text itself, or neither) and CLI-style overrides ("key=value" strings,
- * may be NULL; applied over the YAML). The result is JSON (caller frees): see README
+ * may be NULL; applied over the YAML). The result is JSON (caller frees): see docs/commands.md
  * "resolve". Errors: every class of lh_status; LH_E_USAGE when both config_file and
  * config_text are set. [concurrent] */
 typedef struct lh_resolve_request {
@@ -112,8 +112,35 @@ LH_EXPORT lh_status lh_validate_run_config(const char *config_file,
  * takes it; errors name "<config_text>:LINE:COL". [concurrent] */
 LH_EXPORT lh_status lh_validate_run_config_text(const char *config_text,
                                                 const char *const *overrides, lh_err *err);
+/* One key of the run-config key table (docs/run-config.md), for front ends that offer its
+ * settings: the dotted name ("kv_cache.block_size"), the dedicated command-line flag that sets
+ * it (NULL: none; "--max-seq-len"), whether that flag takes a value (false: a switch that sets
+ * the key to true), whether `--set KEY=VALUE` (lh_run_config_set, the engine's overrides)
+ * accepts it, whether a YAML run config may set it, the accepted names of an enum key (NULL
+ * otherwise), the default in words, one line of help and the value's syntax. Every string is
+ * static. */
+typedef struct lh_run_config_key_info {
+    uint32_t struct_size;
+    const char *name;
+    const char *flag;
+    bool flag_takes_value;
+    bool settable;
+    bool yaml;
+    const char *const *names;
+    size_t n_names;
+    const char *default_value;
+    const char *help;
+    /* How a value is written ("N", "auto|cpu|cuda|cuda:N"); NULL for an enum (its names). */
+    const char *value_syntax;
+} lh_run_config_key_info;
+/* The i-th key of the table, in table order: returns 1 and fills *out (out->struct_size says
+ * how much the caller knows; only that much is written), 0 past the last key or for a NULL
+ * out. Overrides for a key with a flag may be given as "FLAG-NAME=VALUE" without the dashes
+ * ("max-seq-len=8"), as the CLI does. [concurrent] */
+LH_EXPORT int lh_run_config_key_at(size_t i, lh_run_config_key_info *out);
+
 /* As resolve, then builds the module tree (meta phase, no weight memory) and reports the
- * memory plan. JSON caller-owned; see README "explain". lh_engine_explain_json gives the same
+ * memory plan. JSON caller-owned; see docs/commands.md "explain". lh_engine_explain_json gives the same
  * for an open engine. [concurrent] */
 LH_EXPORT lh_status lh_host_explain_json(lh_host *h, const lh_resolve_request *req, char **json_out,
                                lh_err *err);

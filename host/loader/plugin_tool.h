@@ -10,8 +10,8 @@
 
 /* Checks a plugin file, or every plugin of a directory together with the directory's
  * arch_index.tsv (both directions, rows naming missing files) and the directory's own
- * permissions. *report (the caller's reference) describes everything; see README "plugin
- * check" for its fields. Returns LH_OK, or the class of the first problem in the report's
+ * permissions. *report (the caller's reference) describes everything; see docs/commands.md
+ * "plugin check" for its fields. Returns LH_OK, or the class of the first problem in the report's
  * "problems" (also set in err). When the path cannot be checked at all (missing, unreadable)
  * *report is NULL and err says why. timeout_s <= 0: the default (10 s per plugin). */
 LH_EXPORT lh_status lh_plugin_tool_check(const char *path, bool allow_insecure,

@@ -74,41 +74,37 @@ lh_module *lh_build_add_linear(lh_build *b, lh_module *parent, const char *name,
     return m;
 }
 
-lh_module *lh_build_add_rmsnorm(lh_build *b, lh_module *parent, const char *name, int64_t dim,
-                                double eps)
+/* A norm: weight [dim] (+ bias [dim]) and its eps. */
+static lh_module *add_norm(lh_build *b, lh_module *parent, const char *name, lh_module_kind kind,
+                           int64_t dim, double eps, bool bias)
 {
     if (!usable(b))
         return NULL;
     if (!(eps >= 0.0) || !isfinite(eps)) {
         char w[512];
-        lh_tree_fail(b, LH_E_USAGE, "rmsnorm '%s': eps %g must be a finite value >= 0",
+        lh_tree_fail(b, LH_E_USAGE, "%s '%s': eps %g must be a finite value >= 0",
+                     kind == LH_MOD_RMSNORM ? "rmsnorm" : "layernorm",
                      where(w, sizeof w, b, parent, name), eps);
         return NULL;
     }
-    lh_module *m = module_with_param(b, parent, name, LH_MOD_RMSNORM, 1, &dim, LH_PARAM_PLAIN);
-    if (m)
-        m->eps = eps;
-    return m;
-}
-
-lh_module *lh_build_add_layernorm(lh_build *b, lh_module *parent, const char *name,
-                                  int64_t dim, double eps, bool bias)
-{
-    if (!usable(b))
-        return NULL;
-    if (!(eps >= 0.0) || !isfinite(eps)) {
-        char w[512];
-        lh_tree_fail(b, LH_E_USAGE, "layernorm '%s': eps %g must be a finite value >= 0",
-                     where(w, sizeof w, b, parent, name), eps);
-        return NULL;
-    }
-    lh_module *m = module_with_param(b, parent, name, LH_MOD_LAYERNORM, 1, &dim,
-                                     LH_PARAM_PLAIN);
+    lh_module *m = module_with_param(b, parent, name, kind, 1, &dim, LH_PARAM_PLAIN);
     if (m && bias && !lh_tree_add_param(b, m, "bias", 1, &dim, LH_PARAM_PLAIN))
         return NULL;
     if (m)
         m->eps = eps;
     return m;
+}
+
+lh_module *lh_build_add_rmsnorm(lh_build *b, lh_module *parent, const char *name, int64_t dim,
+                                double eps)
+{
+    return add_norm(b, parent, name, LH_MOD_RMSNORM, dim, eps, false);
+}
+
+lh_module *lh_build_add_layernorm(lh_build *b, lh_module *parent, const char *name,
+                                  int64_t dim, double eps, bool bias)
+{
+    return add_norm(b, parent, name, LH_MOD_LAYERNORM, dim, eps, bias);
 }
 
 lh_module *lh_build_add_linear_transposed(lh_build *b, lh_module *parent, const char *name,

@@ -15,18 +15,11 @@
 /* Where the device setting came from, as explain and the errors name it. */
 static const char *device_from(const lh_run_config *rc, char *buf, size_t n)
 {
-    switch (rc->device_origin.kind) {
-    case LH_ORIGIN_YAML:
-        snprintf(buf, n, "run config %s:%d:%d", rc->source ? rc->source : "<yaml>",
-                 rc->device_origin.line, rc->device_origin.column);
-        break;
-    case LH_ORIGIN_FLAG:
-        snprintf(buf, n, "--device");
-        break;
-    default:
-        snprintf(buf, n, "default");
-        break;
-    }
+    char at[256];
+    const lh_value_origin o = rc->device_origin;
+    lh_value_origin_str(rc, o, at, sizeof at);
+    snprintf(buf, n, "%s%s", o.kind == LH_ORIGIN_YAML ? "run config " : "",
+             o.kind == LH_ORIGIN_FLAG ? "--device" : at);
     return buf;
 }
 

@@ -14,14 +14,22 @@
 
 /* ---- bind ----------------------------------------------------------------------------------- */
 
-static lh_status bind_failv(lh_bind *bd, lh_status code, const char *fmt, va_list ap)
+/* The sticky contexts' one rule: the first error is kept ("failing with ok" is a plugin bug
+ * and still fails), its message after `prefix` (may be ""), cut to fit. */
+static lh_status sticky_failv(lh_err *e, const char *prefix, lh_status code, const char *fmt,
+                              va_list ap)
 {
-    if (bd->err.code != LH_OK)
-        return bd->err.code;
+    if (e->code != LH_OK)
+        return e->code;
     if (code == LH_OK)
-        code = LH_E_INTERNAL; /* failing with "ok" is a plugin bug: still fail */
-    vsnprintf(bd->err.msg, sizeof bd->err.msg, fmt, ap);
-    bd->err.code = code;
+        code = LH_E_INTERNAL;
+    const size_t n = sizeof e->msg;
+    int k = snprintf(e->msg, n, "%s", prefix);
+    if (k < 0)
+        k = 0;
+    if ((size_t)k < n)
+        vsnprintf(e->msg + k, n - (size_t)k, fmt, ap);
+    e->code = code;
     return code;
 }
 
@@ -31,7 +39,7 @@ lh_status lh_runner_bind_fail(lh_bind *bd, lh_status code, const char *fmt, ...)
         return code;
     va_list ap;
     va_start(ap, fmt);
-    lh_status st = bind_failv(bd, code, fmt, ap);
+    lh_status st = sticky_failv(&bd->err, "", code, fmt, ap);
     va_end(ap);
     return st;
 }
@@ -173,32 +181,16 @@ const lh_weight *lh_runner_weight_rows(lh_bind *bd, const lh_weight *w, int64_t 
 
 /* ---- forward -------------------------------------------------------------------------------- */
 
-static lh_status fwd_failv(lh_fwd *f, lh_status code, const char *fmt, va_list ap)
-{
-    if (f->err->code != LH_OK)
-        return f->err->code;
-    if (code == LH_OK)
-        code = LH_E_INTERNAL;
-    /* "ARCH: WHERE: message", the message cut to fit */
-    char *out = f->err->msg;
-    const size_t n = sizeof f->err->msg;
-    int k = f->where[0] ? snprintf(out, n, "%s: %s: ", f->r->arch, f->where)
-                        : snprintf(out, n, "%s: ", f->r->arch);
-    if (k < 0)
-        k = 0;
-    if ((size_t)k < n)
-        vsnprintf(out + k, n - (size_t)k, fmt, ap);
-    f->err->code = code;
-    return code;
-}
-
 lh_status lh_runner_fwd_fail(lh_fwd *f, lh_status code, const char *fmt, ...)
 {
     if (!f)
         return code;
+    /* "ARCH: WHERE: message" */
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s: %s%s", f->r->arch, f->where, f->where[0] ? ": " : "");
     va_list ap;
     va_start(ap, fmt);
-    lh_status st = fwd_failv(f, code, fmt, ap);
+    lh_status st = sticky_failv(f->err, prefix, code, fmt, ap);
     va_end(ap);
     return st;
 }

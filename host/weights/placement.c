@@ -1,7 +1,7 @@
 /* Weight placement: copying bound parameters out of the file mapping into anonymous memory
  * backed by transparent huge pages. A file mapping is never backed by huge pages, and decode
  * streams every weight once per token, so the TLB reach of 2 MiB pages can matter; whether it
- * does is measured by tools/bench/bench_inference (see README, "Benchmarks"). */
+ * does is measured by tools/bench/bench_inference (see docs/benchmarks.md). */
 #include "model/tree_internal.h"
 
 #include "core/err.h"

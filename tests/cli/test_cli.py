@@ -401,7 +401,7 @@ class TestExplain(CliTestCase):
         # explain loads exactly the model's plugin and the one attention backend selected
         self.assertEqual(j["loaded_plugins"],
                          [j["attention"]["shared_object"], j["shared_object"]])
-        # the default backend: paged, measured at least as fast as vanilla everywhere (README)
+        # the default backend: paged, measured at least as fast as vanilla everywhere (docs/benchmarks.md)
         self.assertEqual(j["attention"]["normalized"], "paged")
         self.assertEqual(j["attention"]["origin"], "default")
 
@@ -2541,6 +2541,25 @@ class TestDevice(CliTestCase):
                 self.assertIn("--device", out)
         rc, out, err = cli("--help")
         self.assertIn("--device auto|cpu|cuda|cuda:N", out)
+
+    def test_help_lists_the_key_table_flags(self):
+        # the run-config keys' own flags and their help come from the key table, which the
+        # generated key reference in docs/run-config.md also comes from
+        rc, out, err = cli("--help")
+        self.assertEqual(rc, 0, err)
+        root = os.environ.get("LH_SOURCE_ROOT",
+                              os.path.join(os.path.dirname(__file__), "..", ".."))
+        with open(os.path.join(root, "docs", "run-config.md")) as f:
+            doc = f.read()
+        block = doc[doc.index("<!-- run-config keys"):]
+        block = block[:block.index("<!-- end of run-config keys")]
+        flags = sorted(set(re.findall(r"`(--[a-z][a-z-]*)`", block)))
+        self.assertGreaterEqual(len(flags), 10)
+        for flag in flags:
+            with self.subTest(flag=flag):
+                self.assertRegex(out, r"\n  %s[ \n]" % re.escape(flag))
+        self.assertIn("--max-seq-len N ", out)
+        self.assertIn("(default paged)", out)
 
     def test_run_and_logits_on_the_cpu(self):
         model = os.path.join(MODELS, "llama-mha-f32")

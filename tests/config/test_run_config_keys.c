@@ -1,15 +1,17 @@
 /* The run-config key table: every key round-trips through YAML, --set and explain's JSON with
  * its default; range and enum errors name the key and the accepted values; the lists made from
- * the table (known keys, settable keys) and README.md's key reference agree with it.
- * LH_RC_KEYS_PRINT=1 prints the key reference (for README.md) and exits. */
+ * the table (known keys, settable keys) and docs/run-config.md's key reference agree with it.
+ * LH_RC_KEYS_PRINT=1 prints the key reference (for docs/run-config.md) and exits. */
 #include "config/run_config.h"
 #include "config/run_config_keys.h"
 #include "core/strutil.h"
+#include "llmhost.h"
 
 #include "runner.h"
 
 #include <CUnit/CUnit.h>
 #include <ctype.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,42 +353,81 @@ static char *read_all(const char *path)
     return buf;
 }
 
-/* README.md embeds the key reference exactly as the table prints it. */
-static void test_readme_lists_every_key(void)
+/* docs/run-config.md embeds the key reference exactly as the table prints it. */
+static void test_docs_list_every_key(void)
 {
     const char *root = getenv("LH_SOURCE_ROOT");
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
     char path[4096];
-    snprintf(path, sizeof path, "%s/README.md", root);
-    char *readme = read_all(path);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(readme);
+    snprintf(path, sizeof path, "%s/docs/run-config.md", root);
+    char *doc = read_all(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
     char *md = lh_rc_keys_markdown();
     CU_ASSERT_PTR_NOT_NULL_FATAL(md);
-    const char *b = strstr(readme, MARK_BEGIN);
+    const char *b = strstr(doc, MARK_BEGIN);
     const char *e = b ? strstr(b, MARK_END) : NULL;
     CU_ASSERT_PTR_NOT_NULL(e);
     if (e) {
         b += strlen(MARK_BEGIN);
         bool same = (size_t)(e - b) == strlen(md) && memcmp(b, md, strlen(md)) == 0;
         if (!same)
-            fprintf(stderr, "\n  README.md's run-config keys differ from the table; "
+            fprintf(stderr, "\n  docs/run-config.md's run-config keys differ from the table; "
                             "LH_RC_KEYS_PRINT=1 %s prints them\n", "test_run_config_keys");
         CU_ASSERT(same);
     }
     for (size_t i = 0; i < lh_rc_n_keys; i++) {
         char cell[128];
         snprintf(cell, sizeof cell, "| `%s` |", lh_rc_keys[i].name);
-        CU_ASSERT_PTR_NOT_NULL(strstr(readme, cell));
+        CU_ASSERT_PTR_NOT_NULL(strstr(doc, cell));
     }
     free(md);
-    free(readme);
+    free(doc);
+}
+
+/* The public view of the table (llmhost.h), which the CLI's flags and --help are made from. */
+static void test_public_key_info(void)
+{
+    size_t n = 0, flags = 0;
+    lh_run_config_key_info k = {.struct_size = sizeof k};
+    for (; lh_run_config_key_at(n, &k); n++) {
+        const lh_rc_key *e = &lh_rc_keys[n];
+        CU_ASSERT_STRING_EQUAL(k.name, e->name);
+        CU_ASSERT_PTR_EQUAL(k.flag, e->cli);
+        CU_ASSERT_EQUAL(k.settable, (e->from & LH_RC_SET) != 0);
+        CU_ASSERT_EQUAL(k.yaml, (e->from & LH_RC_YAML) != 0);
+        CU_ASSERT_PTR_NOT_NULL(k.help);
+        CU_ASSERT_PTR_NOT_NULL(k.default_value);
+        if (k.flag) {
+            flags++;
+            CU_ASSERT_EQUAL(strncmp(k.flag, "--", 2), 0);
+            /* a flag is an override spelled with dashes: lh_run_config_set must take it */
+            CU_ASSERT_TRUE(k.settable);
+            CU_ASSERT_EQUAL(k.flag_takes_value, e->type != LH_RC_BOOL);
+        }
+        k = (lh_run_config_key_info){.struct_size = sizeof k};
+    }
+    CU_ASSERT_EQUAL(n, lh_rc_n_keys);
+    CU_ASSERT_EQUAL(flags, 10);
+    CU_ASSERT_EQUAL(lh_run_config_key_at(n, &k), 0);
+    CU_ASSERT_EQUAL(lh_run_config_key_at(0, NULL), 0);
+    /* a caller that knows only the first fields gets only those */
+    struct {
+        lh_run_config_key_info k;
+        char guard[8];
+    } small;
+    memset(&small, 0x5a, sizeof small);
+    small.k.struct_size = (uint32_t)offsetof(lh_run_config_key_info, flag);
+    CU_ASSERT_EQUAL(lh_run_config_key_at(0, &small.k), 1);
+    CU_ASSERT_STRING_EQUAL(small.k.name, lh_rc_keys[0].name);
+    CU_ASSERT_EQUAL(((unsigned char *)&small.k.flag)[0], 0x5a);
 }
 
 static CU_TestInfo key_tests[] = {
+    {"lh_run_config_key_at: the table as the embedding API shows it", test_public_key_info},
     {"every key round-trips through YAML, --set and JSON", test_round_trip},
     {"range and enum errors", test_range_and_enum_errors},
     {"known and settable keys come from the table", test_lists_from_table},
-    {"README.md lists every key", test_readme_lists_every_key},
+    {"docs/run-config.md lists every key", test_docs_list_every_key},
     CU_TEST_INFO_NULL,
 };
 
