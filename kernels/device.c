@@ -1,18 +1,14 @@
 /* The public device functions of lh_kernels.h ("devices, device memory, transfers and CUDA
  * graphs"): argument checks here, then the CPU implementation (the host heap, memcpy) or the
- * CUDA one (kernels/cuda/cuda_ctx.cu, graph.cu). Builds without CUDA answer every CUDA
- * question with "not built" instead of failing to link. */
+ * CUDA one, reached through the table of libllmhost_kernels_cuda.so (kernels/cuda_load.c; a
+ * CUDA context or graph exists only once that library is loaded). Where the library is not
+ * usable (not built, missing, no driver ...) every CUDA question is answered with its reason
+ * instead of failing. */
 #include "dispatch_checks.h"
-
-#ifdef LH_HAVE_CUDA
-#include "cuda/cuda_kernels.h"
-#endif
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#define NOT_BUILT "this build has no CUDA kernels (built with -Dcuda=disabled or without nvcc)"
 
 bool lh_k_cuda_built(void)
 {
@@ -25,31 +21,30 @@ bool lh_k_cuda_built(void)
 
 int lh_k_cuda_device_count(void)
 {
-#ifdef LH_HAVE_CUDA
-    return lh_cuda_device_count();
-#else
-    return 0;
-#endif
+    const lh_cuda_ops *ops = lh_cuda_load();
+    return ops ? ops->device_count() : 0;
 }
 
 const char *lh_k_cuda_unavailable_reason(void)
 {
-#ifdef LH_HAVE_CUDA
-    return lh_cuda_unavailable_reason();
-#else
-    return NOT_BUILT;
-#endif
+    const lh_cuda_ops *ops = lh_cuda_load();
+    if (!ops) {
+        const char *why = "";
+        lh_k_cuda_load_state(&why);
+        return why;
+    }
+    return ops->unavailable_reason();
 }
 
 lh_status lh_k_cuda_device_info(int index, lh_k_device_info *info)
 {
     if (!info)
         return lh_kerr(NULL, LH_E_USAGE, "lh_k_cuda_device_info: info is NULL");
-#ifdef LH_HAVE_CUDA
-    return lh_cuda_device_info(index, info);
-#else
-    return lh_kerr(NULL, LH_E_UNSUPPORTED, "lh_k_cuda_device_info: cuda:%d: %s", index, NOT_BUILT);
-#endif
+    const lh_cuda_ops *ops = lh_cuda_load();
+    if (!ops)
+        return lh_kerr(NULL, LH_E_UNSUPPORTED, "lh_k_cuda_device_info: cuda:%d: %s", index,
+                       lh_k_cuda_unavailable_reason());
+    return ops->device_info(index, info);
 }
 
 lh_device lh_k_ctx_device(const lh_kctx *ctx)
@@ -91,10 +86,8 @@ lh_status lh_k_alloc(lh_kctx *ctx, size_t bytes, void **out)
         return lh_kerr(ctx, LH_E_USAGE, "%s: 0 bytes asked", fn);
     if (bytes > (SIZE_MAX >> 2))
         return lh_kerr(ctx, LH_E_NOMEM, "%s: %zu bytes is beyond any device's memory", fn, bytes);
-#ifdef LH_HAVE_CUDA
     if (ctx->cuda)
-        return lh_cuda_alloc(ctx, bytes, out);
-#endif
+        return LH_CUDA(alloc)(ctx, bytes, out);
     void *p = NULL;
     if (posix_memalign(&p, 256, bytes + HOST_HDR) != 0)
         return lh_kerr(ctx, LH_E_NOMEM, "%s: out of host memory asking for %.1f MiB (llmhost "
@@ -112,12 +105,10 @@ void lh_k_free(lh_kctx *ctx, void *ptr)
 {
     if (!ctx || !ptr)
         return;
-#ifdef LH_HAVE_CUDA
     if (ctx->cuda) {
-        lh_cuda_free(ctx, ptr);
+        LH_CUDA(free)(ctx, ptr);
         return;
     }
-#endif
     unsigned char *base = (unsigned char *)ptr - HOST_HDR;
     ctx->host_in_use -= (int64_t)*(size_t *)base;
     free(base);
@@ -129,10 +120,8 @@ lh_status lh_k_memzero(lh_kctx *ctx, void *ptr, size_t bytes)
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     if (bytes && !ptr)
         return lh_kerr(ctx, LH_E_USAGE, "%s: ptr is NULL (%zu bytes)", fn, bytes);
-#ifdef LH_HAVE_CUDA
     if (ctx->cuda)
-        return lh_cuda_memzero(ctx, ptr, bytes);
-#endif
+        return LH_CUDA(memzero)(ctx, ptr, bytes);
     if (bytes)
         memset(ptr, 0, bytes);
     return LH_OK;
@@ -145,12 +134,10 @@ void lh_k_mem_stats_get(const lh_kctx *ctx, lh_k_mem_stats *out)
     memset(out, 0, sizeof *out);
     if (!ctx)
         return;
-#ifdef LH_HAVE_CUDA
     if (ctx->cuda) {
-        lh_cuda_mem_stats(ctx, out);
+        LH_CUDA(mem_stats)(ctx, out);
         return;
     }
-#endif
     out->in_use = ctx->host_in_use;
     out->peak = ctx->host_peak;
 }
@@ -196,10 +183,8 @@ lh_status lh_k_copy(lh_kctx *ctx, lh_tensor *dst, const lh_tensor *src)
         return LH_OK;
     if (dst_dev == src_dev && lh_kd_overlaps(dst, src))
         return lh_kerr(ctx, LH_E_USAGE, "%s: dst and src overlap", fn);
-#ifdef LH_HAVE_CUDA
     if (ctx->cuda)
-        return lh_cuda_copy(ctx, dst->data, dst_dev, src->data, src_dev, (size_t)bytes);
-#endif
+        return LH_CUDA(copy)(ctx, dst->data, dst_dev, src->data, src_dev, (size_t)bytes);
     memcpy(dst->data, src->data, (size_t)bytes);
     return LH_OK;
 }
@@ -223,10 +208,8 @@ lh_status lh_k_gather_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *ro
                            " is outside src %s", fn, i, rows[i], LH_KD_SH(src));
     if (lh_kd_overlaps(dst, src))
         return lh_kerr(ctx, LH_E_USAGE, "%s: dst overlaps src", fn);
-#ifdef LH_HAVE_CUDA
     if (ctx->cuda)
-        return lh_cuda_gather_rows(ctx, src, rows, n, dst);
-#endif
+        return LH_CUDA(gather_rows)(ctx, src, rows, n, dst);
     const float *s = src->data;
     float *d = dst->data;
     for (int64_t i = 0; i < n; i++)
@@ -237,10 +220,8 @@ lh_status lh_k_gather_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *ro
 lh_status lh_k_sync(lh_kctx *ctx)
 {
     LH_KD_CHECK(lh_kd_begin(ctx, "lh_k_sync"));
-#ifdef LH_HAVE_CUDA
     if (ctx->cuda)
-        return lh_cuda_sync(ctx);
-#endif
+        return LH_CUDA(sync)(ctx);
     return LH_OK;
 }
 
@@ -261,11 +242,7 @@ lh_status lh_k_graph_create(lh_kctx *ctx, lh_k_graph **out)
     LH_KD_CHECK(cuda_only(ctx, fn));
     if (!out)
         return lh_kerr(ctx, LH_E_USAGE, "%s: out is NULL", fn);
-#ifdef LH_HAVE_CUDA
-    return lh_cuda_graph_create(ctx, out);
-#else
-    return lh_kerr(ctx, LH_E_INTERNAL, "%s: a CUDA context in a build without CUDA", fn);
-#endif
+    return LH_CUDA(graph_create)(ctx, out);
 }
 
 lh_status lh_k_graph_begin(lh_kctx *ctx, lh_k_graph *g)
@@ -274,11 +251,7 @@ lh_status lh_k_graph_begin(lh_kctx *ctx, lh_k_graph *g)
     LH_KD_CHECK(cuda_only(ctx, fn));
     if (!g)
         return lh_kerr(ctx, LH_E_USAGE, "%s: graph is NULL", fn);
-#ifdef LH_HAVE_CUDA
-    return lh_cuda_graph_begin(ctx, g);
-#else
-    return lh_kerr(ctx, LH_E_INTERNAL, "%s: a CUDA context in a build without CUDA", fn);
-#endif
+    return LH_CUDA(graph_begin)(ctx, g);
 }
 
 lh_status lh_k_graph_end(lh_kctx *ctx, lh_k_graph *g, bool *rerun)
@@ -287,42 +260,29 @@ lh_status lh_k_graph_end(lh_kctx *ctx, lh_k_graph *g, bool *rerun)
     LH_KD_CHECK(cuda_only(ctx, fn));
     if (!g || !rerun)
         return lh_kerr(ctx, LH_E_USAGE, "%s: graph or rerun is NULL", fn);
-#ifdef LH_HAVE_CUDA
-    return lh_cuda_graph_end(ctx, g, rerun);
-#else
-    return lh_kerr(ctx, LH_E_INTERNAL, "%s: a CUDA context in a build without CUDA", fn);
-#endif
+    return LH_CUDA(graph_end)(ctx, g, rerun);
 }
 
 void lh_k_graph_abort(lh_kctx *ctx, lh_k_graph *g)
 {
-#ifdef LH_HAVE_CUDA
     if (ctx && ctx->cuda && g)
-        lh_cuda_graph_abort(ctx, g);
-#else
-    (void)ctx;
-    (void)g;
-#endif
+        LH_CUDA(graph_abort)(ctx, g);
 }
 
 void lh_k_graph_counts(const lh_k_graph *g, int64_t *captures, int64_t *replays)
 {
-#ifdef LH_HAVE_CUDA
-    lh_cuda_graph_counts(g, captures, replays);
-#else
-    (void)g;
+    if (g && lh_cuda_loaded) { /* a graph exists only once the CUDA library is loaded */
+        LH_CUDA(graph_counts)(g, captures, replays);
+        return;
+    }
     if (captures)
         *captures = 0;
     if (replays)
         *replays = 0;
-#endif
 }
 
 void lh_k_graph_free(lh_k_graph *g)
 {
-#ifdef LH_HAVE_CUDA
-    lh_cuda_graph_free(g);
-#else
-    (void)g;
-#endif
+    if (g && lh_cuda_loaded)
+        LH_CUDA(graph_free)(g);
 }

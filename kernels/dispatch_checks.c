@@ -69,12 +69,10 @@ lh_status lh_kd_begin(lh_kctx *ctx, const char *fn)
                        "%s: called from inside lh_k_parallel_for on the same context (a context is "
                        "used by one thread at a time)",
                        fn);
-#ifdef LH_HAVE_CUDA
     if (ctx->cuda) {
-        lh_cuda_make_current(ctx);
-        lh_cuda_call_begin(ctx);
+        LH_CUDA(make_current)(ctx);
+        LH_CUDA(call_begin)(ctx);
     }
-#endif
     return LH_OK;
 }
 

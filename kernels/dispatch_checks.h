@@ -6,14 +6,11 @@
 
 #include "cpu/cpu_kernels.h"
 
-/* The implementation for the context's device: cuda_call on a CUDA context, else cpu_call. In
- * a build without CUDA the CUDA branch is not even compiled. */
-#ifdef LH_HAVE_CUDA
-#include "cuda/cuda_kernels.h"
+/* The implementation for the context's device: cuda_call on a CUDA context (through the
+ * loaded table of libllmhost_kernels_cuda.so, LH_CUDA(fn): a CUDA context exists only once it
+ * is loaded), else cpu_call. */
+#include "cuda/cuda_ops.h"
 #define LH_KD_ON_DEVICE(ctx, cuda_call, cpu_call) ((ctx)->cuda ? (cuda_call) : (cpu_call))
-#else
-#define LH_KD_ON_DEVICE(ctx, cuda_call, cpu_call) (cpu_call)
-#endif
 
 /* dtype sets for lh_kd_check_tensor */
 #define LH_KD_F32 (1u << LH_DTYPE_F32)

@@ -48,7 +48,7 @@ LH_EXPORT lh_status lh_k_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tenso
                        w->shape[0], LH_KD_SH(w));
     if (lh_kd_overlaps(y, x) || lh_kd_overlaps(y, w) || lh_kd_overlaps(y, bias))
         return lh_kerr(ctx, LH_E_USAGE, "%s: y %s overlaps an input", fn, LH_KD_SH(y));
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_matmul(ctx, x, w, bias, y),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(matmul)(ctx, x, w, bias, y),
                            lh_cpu_matmul(ctx, x, w, bias, y));
 }
 
@@ -76,7 +76,7 @@ LH_EXPORT lh_status lh_k_embedding(lh_kctx *ctx, const lh_tensor *table, const i
                            fn, i, ids[i], V, LH_KD_SH(table));
     if (lh_kd_overlaps(out, table))
         return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps table", fn);
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_embedding(ctx, table, ids, n, out),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(embedding)(ctx, table, ids, n, out),
                            lh_cpu_embedding(ctx, table, ids, n, out));
 }
 
@@ -102,7 +102,7 @@ LH_EXPORT lh_status lh_k_embedding_add(lh_kctx *ctx, const lh_tensor *table, con
                            fn, i, ids[i], V, LH_KD_SH(table));
     if (lh_kd_overlaps(out, table))
         return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps table", fn);
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_embedding_add(ctx, table, ids, n, out),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(embedding_add)(ctx, table, ids, n, out),
                            lh_cpu_embedding_add(ctx, table, ids, n, out));
 }
 
@@ -136,7 +136,7 @@ LH_EXPORT lh_status lh_k_rmsnorm(lh_kctx *ctx, const lh_tensor *x, const lh_tens
     static const char fn[] = "lh_k_rmsnorm";
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     LH_KD_CHECK(check_norm(ctx, fn, x, w, eps, offset, out));
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_rmsnorm(ctx, NULL, x, w, eps, offset, out),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(rmsnorm)(ctx, NULL, x, w, eps, offset, out),
                            lh_cpu_rmsnorm(ctx, NULL, x, w, eps, offset, out));
 }
 
@@ -153,7 +153,7 @@ LH_EXPORT lh_status lh_k_add_rmsnorm(lh_kctx *ctx, lh_tensor *residual, const lh
     if (lh_kd_overlaps(residual, x) || lh_kd_overlaps(residual, w) || !same_or_disjoint(residual, out))
         return lh_kerr(ctx, LH_E_USAGE,
                        "%s: residual overlaps x or w, or partially overlaps out", fn);
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_rmsnorm(ctx, residual, x, w, eps, offset, out),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(rmsnorm)(ctx, residual, x, w, eps, offset, out),
                            lh_cpu_rmsnorm(ctx, residual, x, w, eps, offset, out));
 }
 
@@ -171,7 +171,7 @@ LH_EXPORT lh_status lh_k_layernorm(lh_kctx *ctx, const lh_tensor *x, const lh_te
         if (lh_kd_overlaps(out, b))
             return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps b", fn);
     }
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_layernorm(ctx, x, w, b, eps, out),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(layernorm)(ctx, x, w, b, eps, out),
                            lh_cpu_layernorm(ctx, x, w, b, eps, out));
 }
 
@@ -191,7 +191,7 @@ LH_EXPORT lh_status lh_k_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_
     if (!same_or_disjoint(out, gate) || !same_or_disjoint(out, up))
         return lh_kerr(ctx, LH_E_USAGE,
                        "%s: out partially overlaps gate or up (only exact aliasing is allowed)", fn);
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_silu_mul(ctx, gate, up, out),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(silu_mul)(ctx, gate, up, out),
                            lh_cpu_silu_mul(ctx, gate, up, out));
 }
 
@@ -209,7 +209,7 @@ LH_EXPORT lh_status lh_k_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, cons
     if (!same_or_disjoint(out, gate) || !same_or_disjoint(out, up))
         return lh_kerr(ctx, LH_E_USAGE,
                        "%s: out partially overlaps gate or up (only exact aliasing is allowed)", fn);
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_gelu_tanh_mul(ctx, gate, up, out),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(gelu_tanh_mul)(ctx, gate, up, out),
                            lh_cpu_gelu_tanh_mul(ctx, gate, up, out));
 }
 
@@ -222,7 +222,7 @@ LH_EXPORT lh_status lh_k_scale(lh_kctx *ctx, lh_tensor *x, float s)
         return lh_kerr(ctx, LH_E_USAGE, "%s: s %g is not finite", fn, (double)s);
     if (lh_cpu_numel(x) == 0)
         return LH_OK;
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_scale(ctx, x, s), lh_cpu_scale(ctx, x, s));
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(scale)(ctx, x, s), lh_cpu_scale(ctx, x, s));
 }
 
 /* The plain activations: x and out f32 of the same shape, out == x or disjoint. */
@@ -246,7 +246,7 @@ LH_EXPORT lh_status lh_k_gelu(lh_kctx *ctx, const lh_tensor *x, lh_tensor *out)
     LH_KD_CHECK(check_unary(ctx, fn, x, out));
     if (lh_cpu_numel(x) == 0)
         return LH_OK;
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_gelu(ctx, x, out), lh_cpu_gelu(ctx, x, out));
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(gelu)(ctx, x, out), lh_cpu_gelu(ctx, x, out));
 }
 
 LH_EXPORT lh_status lh_k_gelu_tanh(lh_kctx *ctx, const lh_tensor *x, lh_tensor *out)
@@ -255,7 +255,7 @@ LH_EXPORT lh_status lh_k_gelu_tanh(lh_kctx *ctx, const lh_tensor *x, lh_tensor *
     LH_KD_CHECK(check_unary(ctx, fn, x, out));
     if (lh_cpu_numel(x) == 0)
         return LH_OK;
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_gelu_tanh(ctx, x, out), lh_cpu_gelu_tanh(ctx, x, out));
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(gelu_tanh)(ctx, x, out), lh_cpu_gelu_tanh(ctx, x, out));
 }
 
 LH_EXPORT lh_status lh_k_gelu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
@@ -274,7 +274,7 @@ LH_EXPORT lh_status lh_k_gelu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_
                        "%s: out partially overlaps gate or up (only exact aliasing is allowed)", fn);
     if (lh_cpu_numel(gate) == 0)
         return LH_OK;
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_gelu_mul(ctx, gate, up, out),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(gelu_mul)(ctx, gate, up, out),
                            lh_cpu_gelu_mul(ctx, gate, up, out));
 }
 
@@ -287,7 +287,7 @@ LH_EXPORT lh_status lh_k_softcap(lh_kctx *ctx, lh_tensor *x, float cap)
         return lh_kerr(ctx, LH_E_USAGE, "%s: cap %g must be finite and > 0", fn, (double)cap);
     if (lh_cpu_numel(x) == 0)
         return LH_OK;
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_softcap(ctx, x, cap), lh_cpu_softcap(ctx, x, cap));
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(softcap)(ctx, x, cap), lh_cpu_softcap(ctx, x, cap));
 }
 
 LH_EXPORT lh_status lh_k_add(lh_kctx *ctx, lh_tensor *y, const lh_tensor *x)
@@ -304,7 +304,7 @@ LH_EXPORT lh_status lh_k_add(lh_kctx *ctx, lh_tensor *y, const lh_tensor *x)
                        fn);
     if (lh_cpu_numel(y) == 0)
         return LH_OK;
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_add(ctx, y, x), lh_cpu_add(ctx, y, x));
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(add)(ctx, y, x), lh_cpu_add(ctx, y, x));
 }
 
 LH_EXPORT lh_status lh_k_softmax(lh_kctx *ctx, lh_tensor *x)
@@ -312,7 +312,7 @@ LH_EXPORT lh_status lh_k_softmax(lh_kctx *ctx, lh_tensor *x)
     static const char fn[] = "lh_k_softmax";
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "x", x, 1, LH_MAX_DIMS, LH_KD_F32));
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_softmax(ctx, x), lh_cpu_softmax(ctx, x));
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(softmax)(ctx, x), lh_cpu_softmax(ctx, x));
 }
 
 LH_EXPORT lh_status lh_k_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out)
@@ -329,7 +329,7 @@ LH_EXPORT lh_status lh_k_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out)
         return lh_kerr(ctx, LH_E_USAGE, "%s: out is NULL", fn);
     if (lh_cpu_numel(x) == 0)
         return LH_OK;
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_argmax(ctx, x, out), lh_cpu_argmax(ctx, x, out));
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(argmax)(ctx, x, out), lh_cpu_argmax(ctx, x, out));
 }
 
 LH_EXPORT lh_status lh_k_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst)
@@ -343,7 +343,7 @@ LH_EXPORT lh_status lh_k_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *
                        LH_KD_SH(dst));
     if (lh_kd_overlaps(src, dst) && !(src->data == dst->data && src->dtype == dst->dtype))
         return lh_kerr(ctx, LH_E_USAGE, "%s: src and dst overlap", fn);
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_convert(ctx, src, dst), lh_cpu_convert(ctx, src, dst));
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(convert)(ctx, src, dst), lh_cpu_convert(ctx, src, dst));
 }
 
 /* ---- RoPE ----------------------------------------------------------------------------------- */
@@ -378,7 +378,7 @@ LH_EXPORT lh_status lh_k_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor
                        "%s: %s RoPE needs seq_len >= max(positions) + 1 (seq_len %" PRId64
                        ", max position %" PRId64 ")",
                        fn, rope->inv_freq_long ? "longrope" : "dynamic", seq_len, maxpos);
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_rope_apply(ctx, rope, x, positions, seq_len),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(rope_apply)(ctx, rope, x, positions, seq_len),
                            lh_cpu_rope_apply(ctx, rope, x, positions, seq_len));
 }
 
@@ -437,7 +437,7 @@ LH_EXPORT lh_status lh_k_attention(lh_kctx *ctx, const lh_tensor *q, const lh_te
                            ") (k %s)",
                            fn, t, q_pos[t], S, LH_KD_SH(k));
     return LH_KD_ON_DEVICE(
-        ctx, lh_cuda_attention(ctx, q, k, v, q_pos, scale, softcap, sliding_window, out),
+        ctx, LH_CUDA(attention)(ctx, q, k, v, q_pos, scale, softcap, sliding_window, out),
         lh_cpu_attention(ctx, q, k, v, q_pos, scale, softcap, sliding_window, out));
 }
 
@@ -462,7 +462,7 @@ LH_EXPORT lh_status lh_k_attention_positions(lh_kctx *ctx, const lh_tensor *q, c
                            t, q_pos[t]);
     return LH_KD_ON_DEVICE(
         ctx,
-        lh_cuda_attention_positions(ctx, q, k, v, q_pos, k_pos, scale, softcap, sliding_window,
+        LH_CUDA(attention_positions)(ctx, q, k, v, q_pos, k_pos, scale, softcap, sliding_window,
                                     n_sinks, out),
         lh_cpu_attention_positions(ctx, q, k, v, q_pos, k_pos, scale, softcap, sliding_window,
                                    n_sinks, out));

@@ -408,7 +408,7 @@ LH_EXPORT lh_status lh_k_paged_attention(lh_kctx *ctx, const lh_tensor *q, const
     const int32_t *const tables[1] = {block_table};
     const lh_cpu_batch cb = {1, &zero, &T, &ctx_len, q_pos, tables};
     LH_KD_CHECK(check_bounds(ctx, fn, &cb, pv.block_size));
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_paged_attention(ctx, fn, q, &pv, &cb, &prm, out),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(paged_attention)(ctx, fn, q, &pv, &cb, &prm, out),
                            lh_cpu_paged_attention(ctx, fn, q, &pv, &cb, &prm, out));
 }
 
@@ -439,7 +439,7 @@ LH_EXPORT lh_status lh_k_paged_attention_batch(lh_kctx *ctx, const lh_tensor *q,
     if (lh_kd_overlaps(out, q) || overlaps_pool(out, kv, &pv))
         return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps q or the pool", fn);
     LH_KD_CHECK(check_bounds(ctx, fn, &cb, pv.block_size));
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_paged_attention(ctx, fn, q, &pv, &cb, &prm, out),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(paged_attention)(ctx, fn, q, &pv, &cb, &prm, out),
                            lh_cpu_paged_attention(ctx, fn, q, &pv, &cb, &prm, out));
 }
 
@@ -549,7 +549,7 @@ LH_EXPORT lh_status lh_k_paged_kv_write(lh_kctx *ctx, const lh_kv_pages *kv,
     const lh_cpu_batch cb = {1, &zero, &n, &kv_len, NULL, tables};
     LH_KD_CHECK(check_blocks_distinct(ctx, fn, true, &cb, &pv));
     LH_KD_CHECK(check_bounds(ctx, fn, &cb, pv.block_size));
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_paged_kv_write(ctx, fn, &pv, &cb, k->data, v->data, NULL),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(paged_kv_write)(ctx, fn, &pv, &cb, k->data, v->data, NULL),
                            lh_cpu_paged_kv_write(ctx, fn, &pv, &cb, k->data, v->data, NULL));
 }
 
@@ -607,6 +607,6 @@ LH_EXPORT lh_status lh_k_paged_kv_write_batch(lh_kctx *ctx, const lh_kv_pages *k
         return lh_kerr(ctx, LH_E_USAGE, "%s: k or v overlaps the pool", fn);
     LH_KD_CHECK(check_blocks_distinct(ctx, fn, false, &cb, &pv));
     LH_KD_CHECK(check_bounds(ctx, fn, &cb, pv.block_size));
-    return LH_KD_ON_DEVICE(ctx, lh_cuda_paged_kv_write(ctx, fn, &pv, &cb, k->data, v->data, rope),
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(paged_kv_write)(ctx, fn, &pv, &cb, k->data, v->data, rope),
                            lh_cpu_paged_kv_write(ctx, fn, &pv, &cb, k->data, v->data, rope));
 }

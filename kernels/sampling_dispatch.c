@@ -92,16 +92,14 @@ static lh_status run(lh_kctx *ctx, const char *fn, const lh_sampling_params *par
                        .probs = probs ? probs->data : NULL};
     int64_t row = 0, id = 0;
     int code = 0;
-    lh_status st = LH_KD_ON_DEVICE(ctx, lh_cuda_sample(ctx, &j, &row, &code, &id),
+    lh_status st = LH_KD_ON_DEVICE(ctx, LH_CUDA(sample)(ctx, &j, &row, &code, &id),
                                    lh_cpu_sample(ctx, &j, &row, &code, &id));
     if (st == LH_E_USAGE && code == LH_SAMPLE_BAD_LOGIT) {
         const float *bad = (const float *)logits->data + row * V + id;
         float v = 0.0f;
-#ifdef LH_HAVE_CUDA
-        if (ctx->cuda && lh_cuda_copy(ctx, &v, false, bad, true, sizeof v) != LH_OK)
+        if (ctx->cuda && LH_CUDA(copy)(ctx, &v, false, bad, true, sizeof v) != LH_OK)
             return LH_E_INTERNAL; /* the message says why the device failed */
         if (!ctx->cuda)
-#endif
             v = *bad;
         return lh_kerr(ctx, LH_E_USAGE, "%s: logits[%" PRId64 "][%" PRId64 "] is %s; sampling "
                        "needs finite logits (or -inf for a masked token)", fn, row, id,

@@ -453,6 +453,26 @@ LH_EXPORT int lh_k_cuda_device_count(void);
  * not. A static string or one owned by the library; valid until the next call. */
 LH_EXPORT const char *lh_k_cuda_unavailable_reason(void);
 
+/* The CUDA half of this library is its own shared object, libllmhost_kernels_cuda.so beside
+ * libllmhost_kernels (LLMHOST_KERNELS_CUDA=PATH names another file, for tests), loaded the
+ * first time a CUDA context is created or a CUDA device is probed (lh_k_cuda_device_count,
+ * lh_k_cuda_unavailable_reason, lh_k_cuda_device_info), once per process. Where it stands: */
+typedef enum lh_k_cuda_state {
+    LH_K_CUDA_NOT_TRIED = 0,  /* nothing has asked for CUDA yet: nothing is loaded */
+    LH_K_CUDA_NOT_BUILT,      /* this build has no CUDA kernels */
+    LH_K_CUDA_LIB_MISSING,    /* no file at the library's path */
+    LH_K_CUDA_LOAD_FAILED,    /* dlopen failed (cudart or cuBLAS missing, not an ELF ...) */
+    LH_K_CUDA_BAD_LIBRARY,    /* loaded, but no entry symbol or a table of another ABI/size */
+    LH_K_CUDA_NO_DEVICE,      /* loaded; the CUDA runtime found no driver or no device */
+    LH_K_CUDA_OK              /* loaded, at least one device */
+} lh_k_cuda_state;
+/* The state now (never loads anything); *reason (if reason is non-NULL) is why CUDA is not
+ * usable ("" for NOT_TRIED and OK), valid for the life of the process. */
+LH_EXPORT lh_k_cuda_state lh_k_cuda_load_state(const char **reason);
+/* "not tried", "not built", "library missing", "load failed", "bad library", "no device",
+ * "ok" (NULL for a value outside the enum). */
+LH_EXPORT const char *lh_k_cuda_state_name(lh_k_cuda_state s);
+
 typedef struct lh_k_device_info {
     char name[128];           /* "NVIDIA H200" */
     int cc_major, cc_minor;   /* compute capability */

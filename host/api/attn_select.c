@@ -130,8 +130,9 @@ static lh_status decide_device(const lh_run_config *rc, lh_attn_choice *out, lh_
                           cuda ? "cuda" : "cpu", "index", out->device.index, "reason", why);
     if (!d)
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
-    /* CUDA was probed (auto or cuda asked); an explicit cpu leaves the driver alone */
-    if (rc->device_auto || cuda) {
+    /* CUDA was probed (auto or cuda asked, by the run config or LLMHOST_DEVICE); an explicit
+     * cpu leaves the driver alone, and so does explain's report of it */
+    if (cuda || lh_k_cuda_load_state(NULL) != LH_K_CUDA_NOT_TRIED) {
         const int n_cuda = lh_k_cuda_device_count();
         const char *unavailable = lh_k_cuda_unavailable_reason();
         json_object_set_new(d, "cuda_device_count", json_integer(n_cuda));

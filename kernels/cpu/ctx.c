@@ -46,15 +46,20 @@ static bool parse_isa(const char *s, lh_k_isa *out)
     return true;
 }
 
-#ifdef LH_HAVE_CUDA
-#include "cuda/cuda_kernels.h"
-#endif
+#include "cuda/cuda_ops.h"
 
 /* A CUDA context: the work runs on the device, so no CPU pool; host-side work (argument
- * checks, staging) runs on the caller's thread. */
+ * checks, staging) runs on the caller's thread. The first one loads the CUDA library
+ * (kernels/cuda_load.c); CPU contexts never do. */
 static lh_kctx *cuda_ctx_create(lh_device device)
 {
-#ifdef LH_HAVE_CUDA
+    const lh_cuda_ops *ops = lh_cuda_load();
+    if (!ops) {
+        lh_kerr(NULL, LH_E_UNSUPPORTED,
+                "lh_k_ctx_create: cuda:%d is not available: %s (supported: cpu)", device.index,
+                lh_k_cuda_unavailable_reason());
+        return NULL;
+    }
     lh_kctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
         lh_kerr(NULL, LH_E_NOMEM, "lh_k_ctx_create: out of memory");
@@ -64,16 +69,11 @@ static lh_kctx *cuda_ctx_create(lh_device device)
     ctx->n_threads = 1;
     ctx->isa = lh_cpu_isa_best();
     ctx->ops = lh_cpu_ops_for(ctx->isa);
-    if (lh_cuda_ctx_init(ctx, device.index) != LH_OK) {
+    if (ops->ctx_init(ctx, device.index) != LH_OK) {
         free(ctx);
         return NULL;
     }
     return ctx;
-#else
-    lh_kerr(NULL, LH_E_UNSUPPORTED, "lh_k_ctx_create: cuda:%d is not available: %s (supported: cpu)",
-            device.index, lh_k_cuda_unavailable_reason());
-    return NULL;
-#endif
 }
 
 lh_kctx *lh_k_ctx_create(int n_threads, lh_device device)
@@ -140,9 +140,8 @@ void lh_k_ctx_free(lh_kctx *ctx)
 {
     if (!ctx)
         return;
-#ifdef LH_HAVE_CUDA
-    lh_cuda_ctx_free(ctx);
-#endif
+    if (ctx->cuda)
+        LH_CUDA(ctx_free)(ctx);
     lh_pool_free(ctx->pool);
     free(ctx->scratch);
     free(ctx->arena);

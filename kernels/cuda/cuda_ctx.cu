@@ -280,7 +280,7 @@ lh_status lh_cuda_ctx_init(lh_kctx *ctx, int device_index)
 fail: {
     /* keep the message: freeing may overwrite the thread's last error otherwise */
     char msg[768];
-    snprintf(msg, sizeof msg, "%s", lh_k_last_error(NULL));
+    snprintf(msg, sizeof msg, "%s", lh_cu_last_error(NULL));
     lh_cuda_ctx_free(ctx);
     lh_status st = strstr(msg, "cudaErrorMemoryAllocation") ? LH_E_NOMEM : LH_E_INTERNAL;
     return lh_kerr(NULL, st, "lh_k_ctx_create: cuda:%d: %s", device_index, msg);

@@ -13,8 +13,9 @@
  *   - errors: LH_E_NOMEM (device memory), LH_E_INTERNAL (a failed CUDA/cuBLAS call, message
  *     names the call site), LH_E_UNSUPPORTED (a case the CUDA code does not implement, named),
  *     each with the message set on ctx.
- * Without CUDA in the build (LH_HAVE_CUDA undefined) none of these exist and a CUDA context
- * cannot be created, so the dispatch never reaches them. */
+ * These live in libllmhost_kernels_cuda.so, not in libllmhost_kernels: the kernel library
+ * reaches them only through the table of cuda_ops.h (LH_CUDA(fn)), once that library is
+ * loaded; without it a CUDA context cannot be created, so the dispatch never reaches them. */
 #ifndef LH_CUDA_KERNELS_H
 #define LH_CUDA_KERNELS_H
 

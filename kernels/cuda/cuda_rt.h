@@ -57,6 +57,11 @@ lh_status lh_cu_fail(lh_kctx *ctx, cudaError_t e, const char *what, const char *
 lh_status lh_cublas_fail(lh_kctx *ctx, cublasStatus_t s, const char *what, const char *file,
                          int line);
 
+/* The kernel library's lh_k_last_error and lh_k_rng_uniform, reached through the table it
+ * handed to this library (cuda_entry.c): the CUDA library links nothing of libllmhost_kernels. */
+extern "C" const char *lh_cu_last_error(const lh_kctx *ctx);
+extern "C" double lh_cu_rng_uniform(uint64_t seed, uint64_t stream, uint64_t step);
+
 #define LH_CU_CHECK(ctx, call)                                                                \
     do {                                                                                      \
         cudaError_t e_ = (call);                                                              \

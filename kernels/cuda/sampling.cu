@@ -540,7 +540,7 @@ extern "C" lh_status lh_cuda_sample(lh_kctx *ctx, const lh_sample_job *j, int64_
         if (draw) {
             double *u = (double *)h;
             for (int64_t r = 0; r < M; r++)
-                u[r] = lh_k_rng_uniform(j->seed, j->stream[r], j->step[r]);
+                u[r] = lh_cu_rng_uniform(j->seed, j->stream[r], j->step[r]);
         }
         if (penalty) {
             int64_t *off = (int64_t *)(h + u_bytes);
