@@ -164,7 +164,12 @@ static lh_status check_side(lh_kctx *ctx, const char *fn, const char *arg, const
         return lh_kerr(ctx, LH_E_USAGE, "%s: %s is on %s, but the context is on %s", fn, arg,
                        dev_name(t->device, (char[32]){0}, 32),
                        dev_name(ctx->device, (char[32]){0}, 32));
-    return lh_kd_check_layout(ctx, fn, arg, t, 1, LH_MAX_DIMS, LH_KD_KV);
+    /* bytes as they are: the block types too (a quantized weight's upload), whole blocks only */
+    LH_KD_CHECK(lh_kd_check_layout(ctx, fn, arg, t, 1, LH_MAX_DIMS, LH_KD_KV | LH_KD_BLOCK));
+    if (lh_k_dtype_bytes(t->dtype, lh_cpu_numel(t)) < 0)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: %s %s %s is not a whole number of %s blocks", fn, arg,
+                       lh_kd_dt_name(t->dtype), LH_KD_SH(t), lh_kd_dt_name(t->dtype));
+    return LH_OK;
 }
 
 lh_status lh_k_copy(lh_kctx *ctx, lh_tensor *dst, const lh_tensor *src)

@@ -6,22 +6,16 @@
 
 const char *lh_kd_dt_name(lh_dtype dt)
 {
-    switch (dt) {
-    case LH_DTYPE_F32: return "f32";
-    case LH_DTYPE_F16: return "f16";
-    case LH_DTYPE_BF16: return "bf16";
-    case LH_DTYPE_FP8_E4M3: return "fp8_e4m3";
-    case LH_DTYPE_INT8: return "int8";
-    case LH_DTYPE_INT4: return "int4";
-    default: return "invalid";
-    }
+    return lh_k_dtype_name(dt);
 }
 
 /* "f32, bf16 or f16" for a dtype set */
 static const char *dt_set_name(unsigned mask, char *buf, size_t size)
 {
     static const lh_dtype order[] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16,
-                                     LH_DTYPE_FP8_E4M3, LH_DTYPE_INT8, LH_DTYPE_INT4};
+                                     LH_DTYPE_FP8_E4M3, LH_DTYPE_INT8, LH_DTYPE_INT4,
+                                     LH_DTYPE_Q4_0, LH_DTYPE_Q4_1, LH_DTYPE_Q5_0, LH_DTYPE_Q5_1,
+                                     LH_DTYPE_Q8_0, LH_DTYPE_Q4_K, LH_DTYPE_Q5_K, LH_DTYPE_Q6_K};
     size_t n = 0, total = 0, o = 0;
     for (size_t i = 0; i < sizeof order / sizeof *order; i++)
         total += (mask & (1u << order[i])) != 0;
@@ -114,7 +108,7 @@ lh_status lh_kd_check_layout(lh_kctx *ctx, const char *fn, const char *arg, cons
         return lh_kerr(ctx, LH_E_USAGE, "%s: %s has an invalid dtype (%d)", fn, arg, (int)t->dtype);
     if (!(dtypes & (1u << t->dtype)))
         return lh_kerr(ctx, LH_E_UNSUPPORTED, "%s: %s %s has dtype %s; supported: %s", fn, arg, LH_KD_SH(t),
-                       lh_kd_dt_name(t->dtype), dt_set_name(dtypes, (char[64]){0}, 64));
+                       lh_kd_dt_name(t->dtype), dt_set_name(dtypes, (char[160]){0}, 160));
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] < 0)

@@ -16,6 +16,11 @@
 #define LH_KD_F32 (1u << LH_DTYPE_F32)
 #define LH_KD_FLOAT (LH_KD_F32 | (1u << LH_DTYPE_BF16) | (1u << LH_DTYPE_F16))
 #define LH_KD_KV (LH_KD_FLOAT | (1u << LH_DTYPE_FP8_E4M3))
+/* ggml's block types (lh_k_dequantize) */
+#define LH_KD_BLOCK                                                                           \
+    ((1u << LH_DTYPE_Q4_0) | (1u << LH_DTYPE_Q4_1) | (1u << LH_DTYPE_Q5_0) |                  \
+     (1u << LH_DTYPE_Q5_1) | (1u << LH_DTYPE_Q8_0) | (1u << LH_DTYPE_Q4_K) |                  \
+     (1u << LH_DTYPE_Q5_K) | (1u << LH_DTYPE_Q6_K))
 
 #define LH_KD_CHECK(expr)                                                                     \
     do {                                                                                      \

@@ -346,6 +346,30 @@ LH_EXPORT lh_status lh_k_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *
     return LH_KD_ON_DEVICE(ctx, LH_CUDA(convert)(ctx, src, dst), lh_cpu_convert(ctx, src, dst));
 }
 
+/* ---- dequantization ------------------------------------------------------------------------ */
+
+LH_EXPORT lh_status lh_k_dequantize(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst)
+{
+    static const char fn[] = "lh_k_dequantize";
+    LH_KD_CHECK(lh_kd_begin(ctx, fn));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "src", src, 2, 2, LH_KD_FLOAT | LH_KD_BLOCK));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "dst", dst, 2, 2, LH_KD_F32));
+    int64_t be = 1;
+    lh_k_dtype_block(src->dtype, &be, NULL);
+    if (src->shape[1] % be != 0)
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "%s: src %s %s: cols %" PRId64 " is not a multiple of the %s block (%" PRId64
+                       " elements)",
+                       fn, lh_kd_dt_name(src->dtype), LH_KD_SH(src), src->shape[1],
+                       lh_kd_dt_name(src->dtype), be);
+    if (!lh_kd_same_shape(src, dst))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: dst %s must have the shape of src %s", fn, LH_KD_SH(dst),
+                       LH_KD_SH(src));
+    if (lh_kd_overlaps(src, dst))
+        return lh_kerr(ctx, LH_E_USAGE, "%s: src and dst overlap", fn);
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(dequantize)(ctx, src, dst), lh_cpu_dequantize(ctx, src, dst));
+}
+
 /* ---- RoPE ----------------------------------------------------------------------------------- */
 
 LH_EXPORT lh_status lh_k_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x,

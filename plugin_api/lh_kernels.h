@@ -23,10 +23,23 @@
 extern "C" {
 #endif
 
-/* Storage bits per element (4 for int4); 0 for LH_DTYPE_INVALID or unknown values. */
+/* Storage bits per element (4 for int4); 0 for LH_DTYPE_INVALID, unknown values and the ggml
+ * block types (LH_DTYPE_Q4_0 ... LH_DTYPE_Q6_K: no whole number of bits per element; their size
+ * comes from lh_k_dtype_block or lh_k_dtype_bytes). */
 LH_EXPORT unsigned lh_k_dtype_bits(lh_dtype dt);
-/* Bytes needed for `n` elements, rounded up to whole bytes; -1 on overflow or unknown dtype. */
+/* Bytes needed for `n` elements, rounded up to whole bytes; -1 on overflow or unknown dtype.
+ * Block types: n / block elements * block bytes when n is a multiple of the block, -1
+ * otherwise (a block is never partial). */
 LH_EXPORT int64_t lh_k_dtype_bytes(lh_dtype dt, int64_t n);
+/* The dtype's storage unit: *block_elems elements in *block_bytes bytes (either pointer may be
+ * NULL). Block types: 32 / 18 (q4_0), 32 / 20 (q4_1), 32 / 22 (q5_0), 32 / 24 (q5_1), 32 / 34
+ * (q8_0), 256 / 144 (q4_k), 256 / 176 (q5_k), 256 / 210 (q6_k); int4: 2 / 1; the others 1 /
+ * bytes per element. Returns whether dt is a block type (block_elems > 1, int4 excluded);
+ * unknown values and LH_DTYPE_INVALID: false with 0 / 0. */
+LH_EXPORT bool lh_k_dtype_block(lh_dtype dt, int64_t *block_elems, int64_t *block_bytes);
+/* Short name: "f32", "f16", "bf16", "fp8_e4m3", "int8", "int4", "q4_0", "q4_1", "q5_0",
+ * "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"; "invalid" for anything else. A static string. */
+LH_EXPORT const char *lh_k_dtype_name(lh_dtype dt);
 
 LH_EXPORT float lh_k_bf16_to_f32(uint16_t v);
 LH_EXPORT uint16_t lh_k_f32_to_bf16(float f);
@@ -134,6 +147,25 @@ LH_EXPORT lh_status lh_k_softmax(lh_kctx *ctx, lh_tensor *x);
 LH_EXPORT lh_status lh_k_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out);
 /* dst = src converted (f32/bf16/f16 in any direction, same shape). */
 LH_EXPORT lh_status lh_k_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst);
+/* dst [rows, cols] f32 = src [rows, cols] decoded, element for element as ggml defines each
+ * format (gguf-py's gguf/quants.py dequantize_blocks, ggml-quants.c dequantize_row_*), with the
+ * same f32 operations in the same order, so the result is bit-identical to theirs:
+ *   q4_0  d (f16), 16 bytes of nibbles: x[j] = d * (lo(q[j]) - 8), x[j+16] = d * (hi(q[j]) - 8)
+ *   q4_1  d, m (f16), nibbles as q4_0: x = d * q + m
+ *   q5_0  d, qh (u32: bit j is bit 4 of x[j]), nibbles as q4_0: x = d * (q - 16)
+ *   q5_1  d, m, qh, nibbles: x = d * q + m
+ *   q8_0  d, 32 int8: x = q * d
+ *   q4_k  d, dmin (f16), 12 bytes of eight 6-bit scales sc and mins m, 128 bytes of nibbles
+ *         (sub-block s of 32: low (s even) or high nibbles of bytes 32 (s / 2) ..):
+ *         x = (d * sc[s]) * q - dmin * m[s]
+ *   q5_k  as q4_k with qh[32] (bit s of qh[l] is bit 4 of element l of sub-block s)
+ *   q6_k  ql[128], qh[64], 16 int8 scales, d (f16, last): x = (d * sc[i / 16]) * (q - 32)
+ * f32, f16 and bf16 sources are widened (exact). src: one of those dtypes, on the context's
+ * device, contiguous, cols a multiple of its block (LH_E_USAGE otherwise); another dtype
+ * (int8, int4, fp8) is LH_E_UNSUPPORTED, dst not f32 too. dst must not overlap src. Rows are
+ * spread over the pool's threads; the result does not depend on the thread count or device.
+ * Infinite or NaN scales give what IEEE arithmetic gives (NaN payloads are not specified). */
+LH_EXPORT lh_status lh_k_dequantize(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst);
 
 /* RoPE as Hugging Face computes it (rotate_half layout: the first and second halves of each
  * head's rotary dims pair up). The table holds inv_freq and the attention scaling applied to
@@ -515,7 +547,8 @@ typedef struct lh_k_mem_stats {
 LH_EXPORT void lh_k_mem_stats_get(const lh_kctx *ctx, lh_k_mem_stats *out);
 
 /* dst = src, same dtype and shape, contiguous; each on the CPU or on the context's device (any
- * direction). A copy that ends in host memory waits for the data; one from host memory is
+ * direction). Dtypes f32, bf16, f16, fp8_e4m3 and the block types (whole blocks: the element
+ * count a multiple of the block). A copy that ends in host memory waits for the data; one from host memory is
  * staged through pinned memory, so src may be reused when the call returns. */
 LH_EXPORT lh_status lh_k_copy(lh_kctx *ctx, lh_tensor *dst, const lh_tensor *src);
 /* dst rows i = src rows rows[i] for i < n: src [R, D], dst [n, D], f32, on the context's

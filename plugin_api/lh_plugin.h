@@ -259,6 +259,24 @@ struct lh_host_api {
 #define LH_API_HAS(api, field) \
     ((api)->struct_size >= offsetof(lh_host_api, field) + sizeof((api)->field))
 
+/* The integer config keys a model needs (its geometry, spelled as its family spells it):
+ * LH_OK when each of keys[0..n) is present as an integer, else LH_E_CONFIG in err naming the
+ * first one missing (or of another type); the host prefixes the architecture. Header-only,
+ * for check_config. */
+static inline lh_status lh_config_require_ints(const lh_host_api *api,
+                                               const lh_model_config *cfg,
+                                               const char *const *keys, size_t n, lh_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        int64_t v;
+        const int got = api->config_get_int(cfg, keys[i], &v);
+        if (got != 1)
+            return lh_error_set(err, LH_E_CONFIG, "%s field '%s'",
+                                got == 0 ? "missing required" : "non-integer", keys[i]);
+    }
+    return LH_OK;
+}
+
 typedef lh_status (*lh_plugin_init_fn)(const lh_host_api *api, lh_plugin_ctx *ctx);
 
 /* The layout constants that decide the SDK's struct layouts, as a plugin was compiled with

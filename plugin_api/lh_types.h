@@ -45,6 +45,17 @@ typedef enum lh_dtype {
     LH_DTYPE_FP8_E4M3 = 4,
     LH_DTYPE_INT8 = 5,
     LH_DTYPE_INT4 = 6, /* two values per byte */
+    /* ggml's block formats (GGUF files), as ggml lays them out: each block holds
+     * lh_k_dtype_block elements in a fixed number of bytes, its f16 scales little-endian.
+     * Comments: elements per block / bytes per block, ggml type id. */
+    LH_DTYPE_Q4_0 = 7,  /*  32 / 18, ggml 2 */
+    LH_DTYPE_Q4_1 = 8,  /*  32 / 20, ggml 3 */
+    LH_DTYPE_Q5_0 = 9,  /*  32 / 22, ggml 6 */
+    LH_DTYPE_Q5_1 = 10, /*  32 / 24, ggml 7 */
+    LH_DTYPE_Q8_0 = 11, /*  32 / 34, ggml 8 */
+    LH_DTYPE_Q4_K = 12, /* 256 / 144, ggml 12 */
+    LH_DTYPE_Q5_K = 13, /* 256 / 176, ggml 13 */
+    LH_DTYPE_Q6_K = 14, /* 256 / 210, ggml 14 */
     LH_DTYPE_COUNT_
 } lh_dtype;
 

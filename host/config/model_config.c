@@ -31,6 +31,10 @@ static const struct {
     {"float8_e4m3fn", LH_DTYPE_FP8_E4M3}, {"e4m3", LH_DTYPE_FP8_E4M3},
     {"int8", LH_DTYPE_INT8},     {"i8", LH_DTYPE_INT8},        {"int4", LH_DTYPE_INT4},
     {"i4", LH_DTYPE_INT4},
+    /* ggml's block types (GGUF), by their ggml names */
+    {"q4_0", LH_DTYPE_Q4_0},     {"q4_1", LH_DTYPE_Q4_1},      {"q5_0", LH_DTYPE_Q5_0},
+    {"q5_1", LH_DTYPE_Q5_1},     {"q8_0", LH_DTYPE_Q8_0},      {"q4_k", LH_DTYPE_Q4_K},
+    {"q5_k", LH_DTYPE_Q5_K},     {"q6_k", LH_DTYPE_Q6_K},
 };
 
 lh_dtype lh_dtype_from_name(const char *name)
@@ -52,6 +56,14 @@ const char *lh_dtype_name(lh_dtype dt)
     case LH_DTYPE_FP8_E4M3: return "fp8_e4m3";
     case LH_DTYPE_INT8: return "int8";
     case LH_DTYPE_INT4: return "int4";
+    case LH_DTYPE_Q4_0: return "q4_0";
+    case LH_DTYPE_Q4_1: return "q4_1";
+    case LH_DTYPE_Q5_0: return "q5_0";
+    case LH_DTYPE_Q5_1: return "q5_1";
+    case LH_DTYPE_Q8_0: return "q8_0";
+    case LH_DTYPE_Q4_K: return "q4_k";
+    case LH_DTYPE_Q5_K: return "q5_k";
+    case LH_DTYPE_Q6_K: return "q6_k";
     default: return "invalid";
     }
 }

@@ -266,6 +266,11 @@ lh_status lh_cpu_embedding_add(lh_kctx *ctx, const lh_tensor *table, const int32
 lh_status lh_cpu_softmax(lh_kctx *ctx, lh_tensor *x);
 lh_status lh_cpu_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out);
 lh_status lh_cpu_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst);
+/* cpu/dequant.c: ggml block formats to f32 (lh_k_dequantize). lh_cpu_dequant_row decodes n
+ * elements (a multiple of dt's block) of one row starting at a block boundary; the building
+ * block of the later quantized matmul. dt: a block type or f32 / f16 / bf16. */
+void lh_cpu_dequant_row(lh_dtype dt, const void *src, float *dst, int64_t n);
+lh_status lh_cpu_dequantize(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst);
 lh_status lh_cpu_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x,
                             const int32_t *positions, int64_t seq_len);
 lh_status lh_cpu_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k, const lh_tensor *v,

@@ -11,14 +11,84 @@ unsigned lh_k_dtype_bits(lh_dtype dt)
     case LH_DTYPE_FP8_E4M3:
     case LH_DTYPE_INT8: return 8;
     case LH_DTYPE_INT4: return 4;
-    default: return 0;
+    case LH_DTYPE_Q4_0:
+    case LH_DTYPE_Q4_1:
+    case LH_DTYPE_Q5_0:
+    case LH_DTYPE_Q5_1:
+    case LH_DTYPE_Q8_0:
+    case LH_DTYPE_Q4_K:
+    case LH_DTYPE_Q5_K:
+    case LH_DTYPE_Q6_K: return 0; /* block types: see lh_k_dtype_block */
+    case LH_DTYPE_INVALID:
+    case LH_DTYPE_COUNT_: break;
     }
+    return 0;
+}
+
+bool lh_k_dtype_block(lh_dtype dt, int64_t *block_elems, int64_t *block_bytes)
+{
+    int64_t e = 0, b = 0;
+    switch (dt) {
+    case LH_DTYPE_Q4_0: e = 32, b = 18; break;
+    case LH_DTYPE_Q4_1: e = 32, b = 20; break;
+    case LH_DTYPE_Q5_0: e = 32, b = 22; break;
+    case LH_DTYPE_Q5_1: e = 32, b = 24; break;
+    case LH_DTYPE_Q8_0: e = 32, b = 34; break;
+    case LH_DTYPE_Q4_K: e = 256, b = 144; break;
+    case LH_DTYPE_Q5_K: e = 256, b = 176; break;
+    case LH_DTYPE_Q6_K: e = 256, b = 210; break;
+    case LH_DTYPE_INT4: e = 2, b = 1; break;
+    case LH_DTYPE_F32:
+    case LH_DTYPE_F16:
+    case LH_DTYPE_BF16:
+    case LH_DTYPE_FP8_E4M3:
+    case LH_DTYPE_INT8: e = 1, b = lh_k_dtype_bits(dt) / 8; break;
+    case LH_DTYPE_INVALID:
+    case LH_DTYPE_COUNT_: break;
+    }
+    if (block_elems)
+        *block_elems = e;
+    if (block_bytes)
+        *block_bytes = b;
+    return e > 1 && dt != LH_DTYPE_INT4;
+}
+
+const char *lh_k_dtype_name(lh_dtype dt)
+{
+    switch (dt) {
+    case LH_DTYPE_F32: return "f32";
+    case LH_DTYPE_F16: return "f16";
+    case LH_DTYPE_BF16: return "bf16";
+    case LH_DTYPE_FP8_E4M3: return "fp8_e4m3";
+    case LH_DTYPE_INT8: return "int8";
+    case LH_DTYPE_INT4: return "int4";
+    case LH_DTYPE_Q4_0: return "q4_0";
+    case LH_DTYPE_Q4_1: return "q4_1";
+    case LH_DTYPE_Q5_0: return "q5_0";
+    case LH_DTYPE_Q5_1: return "q5_1";
+    case LH_DTYPE_Q8_0: return "q8_0";
+    case LH_DTYPE_Q4_K: return "q4_k";
+    case LH_DTYPE_Q5_K: return "q5_k";
+    case LH_DTYPE_Q6_K: return "q6_k";
+    case LH_DTYPE_INVALID:
+    case LH_DTYPE_COUNT_: break;
+    }
+    return "invalid";
 }
 
 int64_t lh_k_dtype_bytes(lh_dtype dt, int64_t n)
 {
+    if (n < 0)
+        return -1;
+    int64_t be, bb;
+    if (lh_k_dtype_block(dt, &be, &bb)) {
+        int64_t total;
+        if (n % be != 0 || __builtin_mul_overflow(n / be, bb, &total))
+            return -1;
+        return total;
+    }
     unsigned bits = lh_k_dtype_bits(dt);
-    if (!bits || n < 0)
+    if (!bits)
         return -1;
     int64_t total;
     if (__builtin_mul_overflow(n, (int64_t)bits, &total))

@@ -92,6 +92,9 @@ lh_status lh_cuda_softmax(lh_kctx *ctx, lh_tensor *x);
 /* out: host memory, one id per row (waits for the result) */
 lh_status lh_cuda_argmax(lh_kctx *ctx, const lh_tensor *x, int32_t *out);
 lh_status lh_cuda_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst);
+/* cuda/dequant.cu: ggml block formats (and f32 / f16 / bf16) to f32, bit-identical to
+ * lh_cpu_dequantize (src [rows, cols] checked by the caller: cols a multiple of the block) */
+lh_status lh_cuda_dequantize(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst);
 lh_status lh_cuda_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x,
                              const int32_t *positions, int64_t seq_len);
 lh_status lh_cuda_attention(lh_kctx *ctx, const lh_tensor *q, const lh_tensor *k,

@@ -22,11 +22,9 @@ static lh_status check_config(const lh_host_api *api, const lh_model_config *cfg
 {
     static const char *const keys[] = {"hidden_size", "intermediate_size", "num_hidden_layers",
                                        "num_attention_heads", "vocab_size"};
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
-        int64_t v;
-        if (api->config_get_int(cfg, keys[i], &v) != 1)
-            return lh_error_set(err, LH_E_CONFIG, "missing required field '%s'", keys[i]);
-    }
+    lh_status st = lh_config_require_ints(api, cfg, keys, sizeof keys / sizeof *keys, err);
+    if (st != LH_OK)
+        return st;
     const char *act;
     if (api->config_get_string(cfg, "hidden_act", &act) == 1 && strcmp(act, "silu") != 0)
         return lh_error_set(err, LH_E_UNSUPPORTED, "hidden_act '%s' is not supported; "

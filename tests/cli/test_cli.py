@@ -567,6 +567,8 @@ class TestErrorClasses(CliTestCase):
         # GPT-2 spells its geometry n_embd, n_layer, n_head: its plugin names what is missing
         self.assert_error(cli("explain", cfg("bad/gpt2-missing-n-embd")), 3, "config-error",
                           "GPT2LMHeadModel: missing required field 'n_embd'")
+        self.assert_error(cli("explain", cfg("bad/olmo2-missing-hidden-size")), 3, "config-error",
+                          "Olmo2ForCausalLM: missing required field 'hidden_size'")
 
     def test_config_knobs_a_family_plugin_refuses(self):
         self.assert_error(cli("explain", cfg("bad/gpt2-activation")), 14, "unsupported",

@@ -12,6 +12,7 @@
 #include "ktest.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -2766,6 +2767,106 @@ static void test_gpu_nn_graph(void)
 
 /* ---- registration --------------------------------------------------------------------------- */
 
+/* ---- dequantization: ggml block formats, bit-identical to gguf-py and to the CPU ---------- */
+
+static void *read_quant_fixture(const char *name, const char *ext, size_t *size)
+{
+    const char *dir = getenv("LH_FIXTURES");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/quant/%s.%s", dir ? dir : "tests/fixtures", name, ext);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        FAILF("cannot open %.900s: %.100s", path, strerror(errno));
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = xcalloc(n > 0 ? (size_t)n : 1, 1);
+    if (fread(p, 1, (size_t)n, f) != (size_t)n) {
+        FAILF("cannot read %.900s", path);
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    *size = (size_t)n;
+    return p;
+}
+
+static void test_gpu_dequantize(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    static const struct {
+        const char *file;
+        lh_dtype dt;
+        int64_t rows;
+    } types[] = {
+        {"F32", LH_DTYPE_F32, 4},   {"F16", LH_DTYPE_F16, 4},   {"BF16", LH_DTYPE_BF16, 4},
+        {"Q4_0", LH_DTYPE_Q4_0, 5}, {"Q4_1", LH_DTYPE_Q4_1, 5}, {"Q5_0", LH_DTYPE_Q5_0, 5},
+        {"Q5_1", LH_DTYPE_Q5_1, 5}, {"Q8_0", LH_DTYPE_Q8_0, 5}, {"Q4_K", LH_DTYPE_Q4_K, 4},
+        {"Q5_K", LH_DTYPE_Q5_K, 4}, {"Q6_K", LH_DTYPE_Q6_K, 4},
+    };
+    kt_seed(1515);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const lh_dtype dt = types[t].dt;
+        char what[96];
+        /* 1. the committed fixture: gguf-py's floats, bit for bit (memcmp, signed zeros) */
+        size_t nb = 0, nf = 0;
+        unsigned char *raw = read_quant_fixture(types[t].file, "bin", &nb);
+        float *want = read_quant_fixture(types[t].file, "f32", &nf);
+        if (raw && want) {
+            const int64_t n = (int64_t)(nf / 4), R = types[t].rows, C = n / R;
+            float *got = xcalloc((size_t)n, sizeof(float));
+            void *ds = dput(&e, dt, raw, n), *dd = dnew(&e, (size_t)n * sizeof(float));
+            lh_tensor gs = on_gpu(kt_t2(dt, ds, R, C)), gd = on_gpu(kt_t2(LH_DTYPE_F32, dd, R, C));
+            snprintf(what, sizeof what, "dequantize %s fixture [%lld, %lld] vs gguf-py",
+                     types[t].file, (long long)R, (long long)C);
+            compared += n;
+            if (OK(e.g, lh_k_dequantize(e.g, &gs, &gd)) && dget(&e, LH_DTYPE_F32, got, dd, n) &&
+                memcmp(got, want, (size_t)n * sizeof(float)) != 0)
+                CMP_BITS(what, LH_DTYPE_F32, got, want, n); /* names the first difference */
+            if (memcmp(got, want, (size_t)n * sizeof(float)) != 0)
+                FAILF("%s: not bit-identical", what);
+            free(got);
+            env_drop(&e);
+        }
+        free(raw);
+        free(want);
+        /* 2. random bytes, every scale bit pattern (NaN matches NaN), against the CPU; Q4_0 large
+         * enough (2^24 + 4096 elements) that the grid-stride loop wraps */
+        int64_t be = 1, bb = 0;
+        lh_k_dtype_block(dt, &be, &bb);
+        const int64_t C = 8 * (be > 1 ? be : 32), R = dt == LH_DTYPE_Q4_0 ? (16777216 + 4096) / C : 33;
+        const int64_t n = R * C, bytes = lh_k_dtype_bytes(dt, n);
+        unsigned char *rnd = xcalloc((size_t)bytes, 1);
+        for (int64_t i = 0; i < bytes; i++)
+            rnd[i] = (unsigned char)(kt_u64() >> 56);
+        float *oc = xcalloc((size_t)n, sizeof(float)), *og = xcalloc((size_t)n, sizeof(float));
+        void *ds = dput(&e, dt, rnd, n), *dd = dnew(&e, (size_t)n * sizeof(float));
+        lh_tensor hs = kt_t2(dt, rnd, R, C), hd = kt_t2(LH_DTYPE_F32, oc, R, C);
+        lh_tensor gs = on_gpu(kt_t2(dt, ds, R, C)), gd = on_gpu(kt_t2(LH_DTYPE_F32, dd, R, C));
+        snprintf(what, sizeof what, "dequantize %s random [%lld, %lld] vs cpu", types[t].file,
+                 (long long)R, (long long)C);
+        if (OK(e.c, lh_k_dequantize(e.c, &hs, &hd)) && OK(e.g, lh_k_dequantize(e.g, &gs, &gd)) &&
+            dget(&e, LH_DTYPE_F32, og, dd, n))
+            CMP_BITS(what, LH_DTYPE_F32, og, oc, n);
+        env_drop(&e);
+        free(rnd);
+        free(oc);
+        free(og);
+    }
+    /* a CPU tensor on the CUDA context is refused, as for every kernel */
+    static unsigned char blk[18];
+    static float out[32];
+    lh_tensor hs = kt_t2(LH_DTYPE_Q4_0, blk, 1, 32), hd = on_gpu(kt_t2(LH_DTYPE_F32, out, 1, 32));
+    if (!as_cpu())
+        EXPECT_ST(e.g, lh_k_dequantize(e.g, &hs, &hd), LH_E_USAGE);
+    env_close(&e);
+}
+
 static CU_TestInfo nogpu_tests[] = {
     {"device count 0 comes with a reason", test_reason_when_unavailable},
     {"a CUDA context without a device is refused, naming cuda and the reason",
@@ -2805,6 +2906,8 @@ static CU_TestInfo gpu_tests[] = {
     {"softcap, add (y == x too)", test_gpu_softcap_add},
     {"embedding_add, every table dtype", test_gpu_embedding_add},
     {"CUDA graphs: embedding_add ids staged in the dry run", test_gpu_nn_graph},
+    {"dequantize: every ggml block type, bit-identical to gguf-py and the CPU",
+     test_gpu_dequantize},
     CU_TEST_INFO_NULL,
 };
 
