@@ -33,7 +33,7 @@ LH_EXPORT lh_status lh_k_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tenso
     static const char fn[] = "lh_k_matmul";
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "x", x, 2, 2, LH_KD_F32));
-    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "w", w, 2, 2, LH_KD_FLOAT));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "w", w, 2, 2, LH_KD_FLOAT | LH_KD_BLOCK));
     if (bias)
         LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "bias", bias, 1, 1, LH_KD_FLOAT));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "y", y, 2, 2, LH_KD_F32));
@@ -46,8 +46,21 @@ LH_EXPORT lh_status lh_k_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tenso
     if (bias && bias->shape[0] != w->shape[0])
         return lh_kerr(ctx, LH_E_USAGE, "%s: bias %s must be [%" PRId64 "] for w %s", fn, LH_KD_SH(bias),
                        w->shape[0], LH_KD_SH(w));
+    int64_t be = 1;
+    const bool blocked = lh_k_dtype_block(w->dtype, &be, NULL);
+    if (blocked && w->shape[1] % be != 0)
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "%s: w %s %s: K %" PRId64 " is not a multiple of the %s block (%" PRId64
+                       " elements)",
+                       fn, lh_kd_dt_name(w->dtype), LH_KD_SH(w), w->shape[1],
+                       lh_kd_dt_name(w->dtype), be);
     if (lh_kd_overlaps(y, x) || lh_kd_overlaps(y, w) || lh_kd_overlaps(y, bias))
         return lh_kerr(ctx, LH_E_USAGE, "%s: y %s overlaps an input", fn, LH_KD_SH(y));
+    if (blocked && ctx->cuda)
+        return lh_kerr(ctx, LH_E_UNSUPPORTED,
+                       "%s: quantized weights (%s) on cuda:%d are not implemented yet; dequantize "
+                       "them (lh_k_dequantize) or run on the CPU",
+                       fn, lh_kd_dt_name(w->dtype), ctx->device.index);
     return LH_KD_ON_DEVICE(ctx, LH_CUDA(matmul)(ctx, x, w, bias, y),
                            lh_cpu_matmul(ctx, x, w, bias, y));
 }

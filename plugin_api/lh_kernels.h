@@ -95,7 +95,12 @@ typedef void (*lh_k_task_fn)(int64_t i, void *user);
 LH_EXPORT void lh_k_parallel_for(lh_kctx *ctx, int64_t n, lh_k_task_fn fn, void *user);
 
 /* y[M,N] = x[M,K] @ w[N,K]^T (+ bias[N]). x, y f32; w and bias f32, bf16 or f16 (a model's
- * biases are stored like its weights). M == 1 takes the GEMV path. */
+ * biases are stored like its weights). M == 1 takes the GEMV path.
+ * On the CPU, w may also be one of ggml's block types (LH_DTYPE_Q4_0 ... LH_DTYPE_Q6_K, rows of
+ * K / block elements' blocks; K a multiple of the block, else LH_E_USAGE; bias stays f32, bf16
+ * or f16): each weight row is decoded to f32 and run through the f32 kernels, so y is
+ * bit-identical to lh_k_dequantize(w) followed by lh_k_matmul with the f32 weight. On a CUDA
+ * context a block-type w is LH_E_UNSUPPORTED (not implemented yet: dequantize it first). */
 LH_EXPORT lh_status lh_k_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
                                 const lh_tensor *bias, lh_tensor *y);
 /* out[n,D] = table[ids[i], :] converted to f32; ids outside [0, V) are an error. */

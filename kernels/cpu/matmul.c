@@ -10,12 +10,21 @@
  *     streams through all of K (long sequential reads), the x rows staying in L2.
  * Both accumulate the K blocks of an element in the same order, so per output element the
  * summation depends only on K, LH_MM_KC and the ISA, never on the thread count, the loop order
- * or where the element fell in a tile. */
+ * or where the element fell in a tile.
+ *
+ * Block-quantized weights (ggml's Q4_0 .. Q6_K): each task first decodes its LH_MM_NB weight
+ * rows, one row at a time (lh_cpu_dequant_row), into the thread's f32 scratch, then runs the
+ * very same loops and f32 tiles on that panel as the f32 path runs on the weights themselves,
+ * so y is bit-identical to lh_k_dequantize followed by an f32 lh_k_matmul. */
 #include "cpu_kernels.h"
 
 struct mm_job {
     const float *x;
     const unsigned char *w; /* bytes */
+    lh_dtype wdt;           /* a block type: decoded per task into scratch (f32 tiles) */
+    int64_t wrow_bytes;     /* bytes per weight row (block types) */
+    float *scratch;         /* block types: LH_MM_NB * K floats per thread */
+    size_t scratch_stride;
     const void *bias; /* [N] in bias_dtype: f32, bf16 or f16, like the weights */
     lh_dtype bias_dtype;
     float *y;
@@ -37,13 +46,23 @@ static float bias_at(const struct mm_job *j, int64_t i)
 
 static void mm_task(int64_t t, int tid, void *user)
 {
-    (void)tid;
     const struct mm_job *j = user;
     const int64_t K = j->K, N = j->N;
     const int64_t m0 = (t / j->n_nb) * LH_MM_MB, n0 = (t % j->n_nb) * LH_MM_NB;
     const int64_t m1 = j->M - m0 < LH_MM_MB ? j->M : m0 + LH_MM_MB;
     const int64_t n1 = N - n0 < LH_MM_NB ? N : n0 + LH_MM_NB;
     const int64_t rows = m1 - m0, cols = n1 - n0;
+    /* the weight rows [n0, n1): row n at wbase + (n - wrow0) * K elements of wsize bytes */
+    const unsigned char *wbase = j->w;
+    int64_t wrow0 = 0;
+    if (j->scratch) {
+        float *panel = j->scratch + (size_t)tid * j->scratch_stride;
+        for (int64_t n = n0; n < n1; n++)
+            lh_cpu_dequant_row(j->wdt, j->w + (size_t)n * (size_t)j->wrow_bytes,
+                               panel + (size_t)(n - n0) * (size_t)K, K);
+        wbase = (const unsigned char *)panel;
+        wrow0 = n0;
+    }
     float acc[LH_MM_MB * LH_MM_NB];
     for (int64_t i = 0; i < rows; i++)
         memset(acc + i * LH_MM_NB, 0, (size_t)cols * sizeof(float));
@@ -57,7 +76,7 @@ static void mm_task(int64_t t, int tid, void *user)
             const int nr = (int)(n1 - n < nrp ? n1 - n : nrp);
             for (int64_t k0 = 0; k0 < K; k0 += LH_MM_KC) {
                 const int64_t kc = K - k0 < LH_MM_KC ? K - k0 : LH_MM_KC;
-                const void *wp = j->w + ((size_t)n * (size_t)K + (size_t)k0) * j->wsize;
+                const void *wp = wbase + ((size_t)(n - wrow0) * (size_t)K + (size_t)k0) * j->wsize;
                 for (int64_t m = m0; m < m1; m += j->mr) {
                     const int mr = (int)(m1 - m < j->mr ? m1 - m : j->mr);
                     j->tile(mr, nr, kc, j->x + m * K + k0, K, wp, K,
@@ -72,7 +91,7 @@ static void mm_task(int64_t t, int tid, void *user)
             const int64_t kc = K - k0 < LH_MM_KC ? K - k0 : LH_MM_KC;
             for (int64_t n = n0; n < n1; n += j->nr) {
                 const int nr = (int)(n1 - n < j->nr ? n1 - n : j->nr);
-                const void *wp = j->w + ((size_t)n * (size_t)K + (size_t)k0) * j->wsize;
+                const void *wp = wbase + ((size_t)(n - wrow0) * (size_t)K + (size_t)k0) * j->wsize;
                 for (int64_t m = m0; m < m1; m += j->mr) {
                     const int mr = (int)(m1 - m < j->mr ? m1 - m : j->mr);
                     j->tile(mr, nr, kc, j->x + m * K + k0, K, wp, K,
@@ -106,8 +125,13 @@ lh_status lh_cpu_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w, co
     j.M = x->shape[0];
     j.K = x->shape[1];
     j.N = w->shape[0];
-    j.wsize = w->dtype == LH_DTYPE_F32 ? 4 : 2;
-    j.tile = ops->tile[lh_cpu_wdt(w->dtype)];
+    j.wdt = w->dtype;
+    j.wrow_bytes = 0;
+    j.scratch = NULL;
+    j.scratch_stride = 0;
+    const bool blocked = lh_k_dtype_block(w->dtype, NULL, NULL); /* the dispatch admits no int4 */
+    j.wsize = w->dtype == LH_DTYPE_F32 || blocked ? 4 : 2;
+    j.tile = ops->tile[blocked ? LH_WDT_F32 : lh_cpu_wdt(w->dtype)];
     j.mr = ops->tile_mr;
     j.nr = ops->tile_nr;
     j.nr1 = ops->tile_nr1;
@@ -115,6 +139,17 @@ lh_status lh_cpu_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w, co
         return LH_OK;
     int64_t n_mb = (j.M + LH_MM_MB - 1) / LH_MM_MB;
     j.n_nb = (j.N + LH_MM_NB - 1) / LH_MM_NB;
+    if (blocked) {
+        const int64_t panel = (j.N < LH_MM_NB ? j.N : LH_MM_NB) * j.K;
+        j.wrow_bytes = lh_k_dtype_bytes(w->dtype, j.K);
+        j.scratch = lh_cpu_scratch(ctx, (size_t)panel);
+        if (!j.scratch)
+            return lh_kerr(ctx, LH_E_NOMEM,
+                           "lh_k_matmul: out of memory (%lld floats per thread to decode %s "
+                           "weights)",
+                           (long long)panel, lh_k_dtype_name(w->dtype));
+        j.scratch_stride = lh_cpu_scratch_stride(ctx);
+    }
     lh_cpu_parallel(ctx, n_mb * j.n_nb, mm_task, &j);
     return LH_OK;
 }
