@@ -67,10 +67,10 @@ LH_EXPORT lh_status lh_k_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tenso
 
 /* ---- embedding ------------------------------------------------------------------------------ */
 
-LH_EXPORT lh_status lh_k_embedding(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids,
-                                   int64_t n, lh_tensor *out)
+/* table [V, D] f32/bf16/f16, out [n, D] f32 disjoint from it, every id in [0, V). */
+static lh_status check_embedding(lh_kctx *ctx, const char *fn, const lh_tensor *table,
+                                 const int32_t *ids, int64_t n, const lh_tensor *out)
 {
-    static const char fn[] = "lh_k_embedding";
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "table", table, 2, 2, LH_KD_FLOAT));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "out", out, 2, 2, LH_KD_F32));
@@ -89,6 +89,14 @@ LH_EXPORT lh_status lh_k_embedding(lh_kctx *ctx, const lh_tensor *table, const i
                            fn, i, ids[i], V, LH_KD_SH(table));
     if (lh_kd_overlaps(out, table))
         return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps table", fn);
+    return LH_OK;
+}
+
+LH_EXPORT lh_status lh_k_embedding(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids,
+                                   int64_t n, lh_tensor *out)
+{
+    static const char fn[] = "lh_k_embedding";
+    LH_KD_CHECK(check_embedding(ctx, fn, table, ids, n, out));
     return LH_KD_ON_DEVICE(ctx, LH_CUDA(embedding)(ctx, table, ids, n, out),
                            lh_cpu_embedding(ctx, table, ids, n, out));
 }
@@ -97,24 +105,7 @@ LH_EXPORT lh_status lh_k_embedding_add(lh_kctx *ctx, const lh_tensor *table, con
                                        int64_t n, lh_tensor *out)
 {
     static const char fn[] = "lh_k_embedding_add";
-    LH_KD_CHECK(lh_kd_begin(ctx, fn));
-    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "table", table, 2, 2, LH_KD_FLOAT));
-    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "out", out, 2, 2, LH_KD_F32));
-    if (n < 0)
-        return lh_kerr(ctx, LH_E_USAGE, "%s: n %" PRId64 " is negative", fn, n);
-    if (n > 0 && !ids)
-        return lh_kerr(ctx, LH_E_USAGE, "%s: ids is NULL (n %" PRId64 ")", fn, n);
-    if (out->shape[0] != n || out->shape[1] != table->shape[1])
-        return lh_kerr(ctx, LH_E_USAGE, "%s: out %s must be [%" PRId64 ", %" PRId64 "] for table %s",
-                       fn, LH_KD_SH(out), n, table->shape[1], LH_KD_SH(table));
-    const int64_t V = table->shape[0];
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= V)
-            return lh_kerr(ctx, LH_E_USAGE,
-                           "%s: ids[%" PRId64 "] = %" PRId32 " is outside [0, %" PRId64 ") (table %s)",
-                           fn, i, ids[i], V, LH_KD_SH(table));
-    if (lh_kd_overlaps(out, table))
-        return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps table", fn);
+    LH_KD_CHECK(check_embedding(ctx, fn, table, ids, n, out));
     return LH_KD_ON_DEVICE(ctx, LH_CUDA(embedding_add)(ctx, table, ids, n, out),
                            lh_cpu_embedding_add(ctx, table, ids, n, out));
 }
@@ -190,10 +181,10 @@ LH_EXPORT lh_status lh_k_layernorm(lh_kctx *ctx, const lh_tensor *x, const lh_te
 
 /* ---- activations ---------------------------------------------------------------------------- */
 
-LH_EXPORT lh_status lh_k_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
-                                  lh_tensor *out)
+/* The gated activations: gate, up and out f32 of one shape, out equal to or disjoint from each. */
+static lh_status check_gated(lh_kctx *ctx, const char *fn, const lh_tensor *gate,
+                             const lh_tensor *up, const lh_tensor *out)
 {
-    static const char fn[] = "lh_k_silu_mul";
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "gate", gate, 1, LH_MAX_DIMS, LH_KD_F32));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "up", up, 1, LH_MAX_DIMS, LH_KD_F32));
@@ -204,6 +195,14 @@ LH_EXPORT lh_status lh_k_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_
     if (!same_or_disjoint(out, gate) || !same_or_disjoint(out, up))
         return lh_kerr(ctx, LH_E_USAGE,
                        "%s: out partially overlaps gate or up (only exact aliasing is allowed)", fn);
+    return LH_OK;
+}
+
+LH_EXPORT lh_status lh_k_silu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_tensor *up,
+                                  lh_tensor *out)
+{
+    static const char fn[] = "lh_k_silu_mul";
+    LH_KD_CHECK(check_gated(ctx, fn, gate, up, out));
     return LH_KD_ON_DEVICE(ctx, LH_CUDA(silu_mul)(ctx, gate, up, out),
                            lh_cpu_silu_mul(ctx, gate, up, out));
 }
@@ -212,16 +211,7 @@ LH_EXPORT lh_status lh_k_gelu_tanh_mul(lh_kctx *ctx, const lh_tensor *gate, cons
                                        lh_tensor *out)
 {
     static const char fn[] = "lh_k_gelu_tanh_mul";
-    LH_KD_CHECK(lh_kd_begin(ctx, fn));
-    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "gate", gate, 1, LH_MAX_DIMS, LH_KD_F32));
-    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "up", up, 1, LH_MAX_DIMS, LH_KD_F32));
-    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "out", out, 1, LH_MAX_DIMS, LH_KD_F32));
-    if (!lh_kd_same_shape(gate, up) || !lh_kd_same_shape(gate, out))
-        return lh_kerr(ctx, LH_E_USAGE, "%s: gate %s, up %s and out %s must have the same shape", fn,
-                       LH_KD_SH(gate), LH_KD_SH(up), LH_KD_SH(out));
-    if (!same_or_disjoint(out, gate) || !same_or_disjoint(out, up))
-        return lh_kerr(ctx, LH_E_USAGE,
-                       "%s: out partially overlaps gate or up (only exact aliasing is allowed)", fn);
+    LH_KD_CHECK(check_gated(ctx, fn, gate, up, out));
     return LH_KD_ON_DEVICE(ctx, LH_CUDA(gelu_tanh_mul)(ctx, gate, up, out),
                            lh_cpu_gelu_tanh_mul(ctx, gate, up, out));
 }
@@ -275,16 +265,7 @@ LH_EXPORT lh_status lh_k_gelu_mul(lh_kctx *ctx, const lh_tensor *gate, const lh_
                                   lh_tensor *out)
 {
     static const char fn[] = "lh_k_gelu_mul";
-    LH_KD_CHECK(lh_kd_begin(ctx, fn));
-    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "gate", gate, 1, LH_MAX_DIMS, LH_KD_F32));
-    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "up", up, 1, LH_MAX_DIMS, LH_KD_F32));
-    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "out", out, 1, LH_MAX_DIMS, LH_KD_F32));
-    if (!lh_kd_same_shape(gate, up) || !lh_kd_same_shape(gate, out))
-        return lh_kerr(ctx, LH_E_USAGE, "%s: gate %s, up %s and out %s must have the same shape", fn,
-                       LH_KD_SH(gate), LH_KD_SH(up), LH_KD_SH(out));
-    if (!same_or_disjoint(out, gate) || !same_or_disjoint(out, up))
-        return lh_kerr(ctx, LH_E_USAGE,
-                       "%s: out partially overlaps gate or up (only exact aliasing is allowed)", fn);
+    LH_KD_CHECK(check_gated(ctx, fn, gate, up, out));
     if (lh_cpu_numel(gate) == 0)
         return LH_OK;
     return LH_KD_ON_DEVICE(ctx, LH_CUDA(gelu_mul)(ctx, gate, up, out),

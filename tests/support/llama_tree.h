@@ -14,8 +14,7 @@
  *   lm_head (add_head)                      [vocab, hidden], tied to embed_tokens when
  *                                           tie_word_embeddings
  *
- * with the norm fusion chain layer N -> layer N+1's input_layernorm, the last -> model.norm.
- * Same names, order, shapes, chain and tie as llama_construct: the tests' parameter counts,
+ * Same names, order, shapes and tie as llama_construct: the tests' parameter counts,
  * iteration order and checkpoints depend on it. Keep the two in step. */
 #ifndef LH_TEST_LLAMA_TREE_H
 #define LH_TEST_LLAMA_TREE_H

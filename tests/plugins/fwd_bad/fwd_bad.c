@@ -42,6 +42,7 @@
  *
  * Only plugin_api/ headers; every block through the host API table. */
 #include "lh_plugin.h"
+#include "llama_tree.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -111,60 +112,11 @@ static const struct {
     {"output_rows_shape", FB_OUTPUT_ROWS_SHAPE},
 };
 
-/* ---- construct: the Llama tree ---------------------------------------------------------------- */
+/* ---- construct: the Llama tree (tests/support/llama_tree.c, as the built-in plugin builds it) */
 
 static lh_status fb_construct(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
 {
-    static const char *const keys[] = {"hidden_size", "intermediate_size", "num_hidden_layers",
-                                       "num_attention_heads", "vocab_size"};
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
-        int64_t v;
-        if (api->config_get_int(cfg, keys[i], &v) != 1)
-            return api->build_fail(b, LH_E_CONFIG, "fwd_bad: missing required field '%s'",
-                                   keys[i]);
-    }
-    const lh_model_geometry *g = api->config_geometry(cfg);
-    const int64_t hidden = g->hidden_size, vocab = g->vocab_size, D = g->head_dim;
-    const int64_t q_out = g->num_attention_heads * D, kv_out = g->num_key_value_heads * D;
-    const double eps = g->rms_norm_eps;
-
-    lh_module *root = api->module_root(b);
-    lh_module *model = api->add_container(b, root, "model");
-    lh_module *embed = api->add_embedding(b, model, "embed_tokens", vocab, hidden);
-    lh_module *layers = api->add_container(b, model, "layers");
-    for (int64_t i = 0; i < g->num_hidden_layers && api->build_status(b) == LH_OK; i++) {
-        char name[24];
-        snprintf(name, sizeof name, "%" PRId64, i);
-        lh_module *layer = api->add_container(b, layers, name);
-        api->add_rmsnorm(b, layer, "input_layernorm", hidden, eps);
-        const lh_attention_spec as = {
-            .struct_size = sizeof as,
-            .layer_index = i,
-            .num_heads = g->num_attention_heads,
-            .num_kv_heads = g->num_key_value_heads,
-            .head_dim = D,
-            .attention_chunk_size = g->attention_chunk_size,
-            .rope = true,
-            .rope_theta = g->rope_theta,
-            .rope_scaling = g->rope_scaling,
-            .max_positions = g->max_position_embeddings,
-        };
-        lh_module *attn = api->add_attention(b, layer, "self_attn", &as);
-        api->add_linear(b, attn, "q_proj", hidden, q_out, false);
-        api->add_linear(b, attn, "k_proj", hidden, kv_out, false);
-        api->add_linear(b, attn, "v_proj", hidden, kv_out, false);
-        api->add_linear(b, attn, "o_proj", q_out, hidden, false);
-        api->add_rmsnorm(b, layer, "post_attention_layernorm", hidden, eps);
-        lh_module *mlp = api->add_mlp(b, layer, "mlp");
-        api->add_linear(b, mlp, "gate_proj", hidden, g->intermediate_size, false);
-        api->add_linear(b, mlp, "up_proj", hidden, g->intermediate_size, false);
-        api->add_linear(b, mlp, "down_proj", g->intermediate_size, hidden, false);
-    }
-    api->add_rmsnorm(b, model, "norm", hidden, eps);
-    lh_module *head = api->add_head(b, root, "lm_head", hidden, vocab, false);
-    if (g->tie_word_embeddings)
-        api->tie_weights(b, head, embed);
-    return api->build_status(b);
+    return test_llama_tree(api, b, cfg, false, false);
 }
 
 /* ---- bind ------------------------------------------------------------------------------------- */
