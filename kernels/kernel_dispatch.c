@@ -67,13 +67,23 @@ LH_EXPORT lh_status lh_k_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tenso
 
 /* ---- embedding ------------------------------------------------------------------------------ */
 
-/* table [V, D] f32/bf16/f16, out [n, D] f32 disjoint from it, every id in [0, V). */
+/* table [V, D] f32/bf16/f16 or a block type (D whole blocks; CPU only), out [n, D] f32
+ * disjoint from it, every id in [0, V). */
 static lh_status check_embedding(lh_kctx *ctx, const char *fn, const lh_tensor *table,
                                  const int32_t *ids, int64_t n, const lh_tensor *out)
 {
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
-    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "table", table, 2, 2, LH_KD_FLOAT));
+    LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "table", table, 2, 2, LH_KD_FLOAT | LH_KD_BLOCK));
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "out", out, 2, 2, LH_KD_F32));
+    int64_t be = 1;
+    const bool blocked = lh_k_dtype_block(table->dtype, &be, NULL);
+    /* before the overlap check: a row of partial blocks has no byte size */
+    if (blocked && table->shape[1] % be != 0)
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "%s: table %s %s: D %" PRId64 " is not a multiple of the %s block (%" PRId64
+                       " elements)",
+                       fn, lh_kd_dt_name(table->dtype), LH_KD_SH(table), table->shape[1],
+                       lh_kd_dt_name(table->dtype), be);
     if (n < 0)
         return lh_kerr(ctx, LH_E_USAGE, "%s: n %" PRId64 " is negative", fn, n);
     if (n > 0 && !ids)
@@ -89,6 +99,11 @@ static lh_status check_embedding(lh_kctx *ctx, const char *fn, const lh_tensor *
                            fn, i, ids[i], V, LH_KD_SH(table));
     if (lh_kd_overlaps(out, table))
         return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps table", fn);
+    if (blocked && ctx->cuda)
+        return lh_kerr(ctx, LH_E_UNSUPPORTED,
+                       "%s: quantized tables (%s) on cuda:%d are not implemented yet; dequantize "
+                       "them (lh_k_dequantize) or run on the CPU",
+                       fn, lh_kd_dt_name(table->dtype), ctx->device.index);
     return LH_OK;
 }
 

@@ -83,6 +83,26 @@ LH_EXPORT int lh_k_ctx_threads(const lh_kctx *ctx);
 LH_EXPORT lh_k_isa lh_k_ctx_isa(const lh_kctx *ctx);
 LH_EXPORT lh_status lh_k_ctx_set_isa(lh_kctx *ctx, lh_k_isa isa);
 LH_EXPORT const char *lh_k_isa_name(lh_k_isa isa);
+/* How lh_k_matmul computes with a weight of one of ggml's block types on the CPU:
+ *   LH_K_QMM_INT8  (the default) each row of x is quantized once per call to 8-bit blocks (one
+ *                  f32 scale per 32 elements for q4_0, q4_1, q5_0, q5_1, q8_0; per 256, with
+ *                  sums per 16, for q4_k, q5_k, q6_k) and every output is integer dot products
+ *                  of weight blocks with those blocks, scaled in f32, for every M. The result
+ *                  is the same bits on every ISA and thread count, but not those of the f32
+ *                  path: x is rounded to 8 bits (each |x - x8| at most half its block's step,
+ *                  amax / 254), so |y - y_exact| is at most about sum |w| amax / 254 over the
+ *                  row (measured on uniform random x: about 5e-4 of sum |w||x|). A block of x
+ *                  holding inf or NaN makes that row's outputs NaN. The exact arithmetic is
+ *                  specified in kernels/cpu/qmatmul.h.
+ *   LH_K_QMM_EXACT each weight row decoded to f32 and run through the f32 kernels: y is
+ *                  bit-identical to lh_k_dequantize(w) followed by the f32 matmul (slower).
+ * Per context; other weight dtypes and other kernels are not affected. set: LH_E_USAGE for a
+ * value outside the enum (ctx == NULL: the message in lh_k_last_error(NULL)). The getter of a
+ * NULL ctx is LH_K_QMM_INT8. name: "int8", "exact", NULL for a value outside the enum. */
+typedef enum lh_k_qmm { LH_K_QMM_INT8 = 0, LH_K_QMM_EXACT = 1 } lh_k_qmm;
+LH_EXPORT lh_status lh_k_ctx_set_quant_matmul(lh_kctx *ctx, lh_k_qmm mode);
+LH_EXPORT lh_k_qmm lh_k_ctx_quant_matmul(const lh_kctx *ctx);
+LH_EXPORT const char *lh_k_qmm_name(lh_k_qmm mode);
 /* Message of the last failed kernel call on ctx; "" when none. Owned by ctx. With ctx == NULL:
  * the message of the calling thread's last failed call that had no context to hold it
  * (lh_k_ctx_create returning NULL, lh_k_rope_init, a kernel given ctx == NULL or called from
@@ -98,12 +118,19 @@ LH_EXPORT void lh_k_parallel_for(lh_kctx *ctx, int64_t n, lh_k_task_fn fn, void 
  * biases are stored like its weights). M == 1 takes the GEMV path.
  * On the CPU, w may also be one of ggml's block types (LH_DTYPE_Q4_0 ... LH_DTYPE_Q6_K, rows of
  * K / block elements' blocks; K a multiple of the block, else LH_E_USAGE; bias stays f32, bf16
- * or f16): each weight row is decoded to f32 and run through the f32 kernels, so y is
- * bit-identical to lh_k_dequantize(w) followed by lh_k_matmul with the f32 weight. On a CUDA
- * context a block-type w is LH_E_UNSUPPORTED (not implemented yet: dequantize it first). */
+ * or f16), computed as the context's lh_k_ctx_set_quant_matmul says: by default with x
+ * quantized to 8 bits and integer dot products (LH_K_QMM_INT8: the same bits on every ISA and
+ * thread count, close to but not the f32 result); with LH_K_QMM_EXACT each weight row is
+ * decoded to f32 and run through the f32 kernels, so y is bit-identical to lh_k_dequantize(w)
+ * followed by lh_k_matmul with the f32 weight. On a CUDA context a block-type w is
+ * LH_E_UNSUPPORTED (not implemented yet: dequantize it first). */
 LH_EXPORT lh_status lh_k_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
                                 const lh_tensor *bias, lh_tensor *y);
-/* out[n,D] = table[ids[i], :] converted to f32; ids outside [0, V) are an error. */
+/* out[n,D] = table[ids[i], :] converted to f32; ids outside [0, V) are an error. table f32, bf16
+ * or f16; on the CPU also one of ggml's block types (LH_DTYPE_Q4_0 ... LH_DTYPE_Q6_K, rows of
+ * D / block elements' blocks; D a multiple of the block, else LH_E_USAGE naming D and the
+ * block): each looked-up row is bit-identical to that row of lh_k_dequantize(table). On a CUDA
+ * context a block-type table is LH_E_UNSUPPORTED (not implemented yet: dequantize it first). */
 LH_EXPORT lh_status lh_k_embedding(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids,
                                    int64_t n, lh_tensor *out);
 /* out[M,D] = x / rms(x) * (w + offset); offset 0 for Llama, 1 for Gemma-style norms. x and
@@ -143,7 +170,9 @@ LH_EXPORT lh_status lh_k_softcap(lh_kctx *ctx, lh_tensor *x, float cap);
 LH_EXPORT lh_status lh_k_add(lh_kctx *ctx, lh_tensor *y, const lh_tensor *x);
 /* out[i, :] += table[ids[i], :] converted to f32, for i < n (learned position embeddings:
  * ids are the positions); ids outside [0, V) are an error, as lh_k_embedding (nothing is
- * written then); ids is host memory on every device; out must not overlap table. */
+ * written then); ids is host memory on every device; out must not overlap table. The table's
+ * dtypes as lh_k_embedding (block types on the CPU: the dequantized row is added, one f32
+ * addition per element). */
 LH_EXPORT lh_status lh_k_embedding_add(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids,
                                        int64_t n, lh_tensor *out);
 /* In-place row softmax over the last dim of x [M, N] f32 (max-subtracted). */

@@ -23,6 +23,7 @@
 #include "lh_module.h"
 #include "lh_attention.h"
 #include "lh_model.h"
+#include "lh_gguf.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,7 +31,7 @@ extern "C" {
 
 #define LH_PLUGIN_MAGIC 0x504d484cu /* "LHMP" little-endian */
 #define LH_PLUGIN_ABI_MAJOR 3
-#define LH_PLUGIN_ABI_MINOR 0
+#define LH_PLUGIN_ABI_MINOR 1
 #define LH_PLUGIN_ENTRY_SYMBOL "lh_plugin_entry"
 
 typedef struct lh_host_api lh_host_api;
@@ -254,6 +255,37 @@ struct lh_host_api {
     lh_tensor (*logits)(lh_fwd *f);
     lh_status (*fwd_fail)(lh_fwd *f, lh_status code, const char *fmt, ...) LH_PRINTF(3, 4);
     lh_status (*fwd_status)(lh_fwd *f);
+
+    /* ---- ABI 3.1: GGUF files (lh_gguf.h) ------------------------------------------------ */
+    /* Registration (valid only during init, like register_model): a GGUF architecture this
+     * plugin serves. Errors: LH_E_USAGE for an empty gguf_arch or architecture, a struct_size
+     * too small, a tensor entry without a gguf name (or without a name unless IGNORE), a key
+     * entry without both keys, or a gguf_arch this plugin already registered. */
+    lh_status (*register_gguf)(lh_plugin_ctx *ctx, const lh_gguf_provider *p);
+    /* Metadata of the file, for finish: 1 and *out set when `key` is present with a matching
+     * type (any integer width for get_int; float32 or float64 for get_double), 0 when absent,
+     * -1 when present with another type (or an integer outside int64). Strings are NUL-
+     * terminated copies owned by the source. */
+    int (*gguf_get_int)(const lh_gguf_source *s, const char *key, int64_t *out);
+    int (*gguf_get_double)(const lh_gguf_source *s, const char *key, double *out);
+    int (*gguf_get_bool)(const lh_gguf_source *s, const char *key, bool *out);
+    int (*gguf_get_string)(const lh_gguf_source *s, const char *key, const char **out);
+    /* general.architecture, as the file spells it. */
+    const char *(*gguf_arch)(const lh_gguf_source *s);
+    /* Whether the file holds a tensor of that GGUF name ("output.weight"). */
+    bool (*gguf_has_tensor)(const lh_gguf_source *s, const char *name);
+    /* Set a key of the config being written (dotted: nested objects are created); a later
+     * set replaces an earlier one. config_set_json takes a JSON text (an array, object,
+     * null ...). Errors: LH_E_USAGE (NULL or empty key, a key path through a non-object,
+     * JSON text that does not parse, non-finite double), LH_E_NOMEM. */
+    lh_status (*config_set_int)(lh_gguf_config *c, const char *key, int64_t v);
+    lh_status (*config_set_double)(lh_gguf_config *c, const char *key, double v);
+    lh_status (*config_set_bool)(lh_gguf_config *c, const char *key, bool v);
+    lh_status (*config_set_string)(lh_gguf_config *c, const char *key, const char *v);
+    lh_status (*config_set_json)(lh_gguf_config *c, const char *key, const char *json_text);
+    /* The value the config holds for `key` now (what a key table copied), as config_get_*
+     * read it: 1 present, 0 absent, -1 other type. */
+    int (*config_peek_int)(const lh_gguf_config *c, const char *key, int64_t *out);
 };
 
 #define LH_API_HAS(api, field) \

@@ -176,7 +176,7 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     lh_resolve_request req = {.struct_size = sizeof req, .model = o->model,
                               .config_file = o->config_file, .overrides = o->overrides,
                               .config_text = config_text};
-    lh_status st = lh_prepare_request(&req, &e->rc, &e->cfg, err);
+    lh_status st = lh_prepare_request(h, &req, &e->rc, &e->cfg, err);
     if (st == LH_OK && o->attn_backend) {
         char kv[256];
         snprintf(kv, sizeof kv, "attn_backend=%s", o->attn_backend);
@@ -200,24 +200,26 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     if (st == LH_OK && e->res.kind != LH_KIND_MODEL)
         st = lh_err_set(err, LH_E_UNSUPPORTED, "%s resolves to a %s; only causal LMs generate",
                         e->cfg->path, lh_kind_name(e->res.kind));
-    if (st == LH_OK) /* a malformed generation_config.json fails here, before any weight */
+    /* a malformed generation_config.json fails here, before any weight; a GGUF file carries
+     * its token ids in its metadata (the config its plugin wrote has them) */
+    if (st == LH_OK && !e->cfg->gguf)
         st = lh_generation_config_load(e->cfg->dir, &e->gen, err);
     if (st == LH_OK && !e->gen.present) /* transformers: from the model config (its eos ids) */
         st = lh_generation_config_from_model(e->cfg->root, e->cfg->path, &e->gen, err);
+    lh_checkpoint *ck = NULL;
     if (st == LH_OK)
-        st = lh_model_build(lh_host_api_table(), &e->res.entry->p.model, e->cfg, &e->rc,
-                            &e->model, err);
+        st = lh_build_for_source(&e->res, e->cfg, &e->rc, &e->model, &ck, err);
     if (st == LH_OK)
         st = attention_setup(&e->rc, e->cfg, e->model, &choice, &attn, &kv_plan, &max_seq,
                              &attn_trace, err);
     lh_attn_choice_free(&choice);
-    lh_checkpoint *ck = NULL;
-    if (st == LH_OK)
+    if (st == LH_OK && !ck)
         st = lh_checkpoint_open(e->cfg->dir, &ck, err);
     if (st == LH_OK) {
         st = lh_model_bind_weights(e->model, ck, err); /* the model owns ck from here on */
         ck = NULL;
     }
+    lh_checkpoint_close(ck); /* a GGUF checkpoint when a step before binding failed */
     lh_weight_placement place = e->rc.weight_placement == LH_PLACE_AUTO ? LH_AUTO_PLACEMENT
                                                                       : e->rc.weight_placement;
     /* host placement matters only where the kernels read host memory: a CUDA run uploads the
@@ -229,6 +231,9 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
                "are uploaded to device memory)", e->device.index);
     if (st == LH_OK)
         st = create_kctx(e, o->n_threads, err);
+    if (st == LH_OK)
+        st = lh_k_ctx_set_quant_matmul(e->kctx, e->rc.quantized_matmul == LH_QMM_EXACT
+                                                    ? LH_K_QMM_EXACT : LH_K_QMM_INT8);
     if (st == LH_OK) {
         attn.cuda_graphs = e->rc.cuda_graphs;
         st = lh_runner_create(e->model, &e->res.entry->p.model, e->cfg, &attn, max_seq,

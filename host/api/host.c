@@ -5,6 +5,7 @@
 #include "api/attn_select.h"
 #include "api/host_api_table.h"
 #include "api/host_internal.h"
+#include "config/gguf_config.h"
 #include "config/model_config.h"
 #include "config/run_config.h"
 #include "core/err.h"
@@ -13,6 +14,9 @@
 #include "model/model.h"
 #include "registry/registry.h"
 #include "resolve/resolve.h"
+#include "weights/checkpoint_gguf.h"
+#include "weights/gguf.h"
+#include "weights/gguf_locate.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -277,7 +281,7 @@ lh_status lh_validate_run_config_text(const char *config_text, const char *const
 }
 
 /* Run config first and validated before anything loads (DESIGN §9), then config.json. */
-lh_status lh_prepare_request(const lh_resolve_request *req, lh_run_config *rc,
+lh_status lh_prepare_request(lh_host *h, const lh_resolve_request *req, lh_run_config *rc,
                              lh_model_config **cfg, lh_err *err)
 {
     *cfg = NULL;
@@ -290,8 +294,60 @@ lh_status lh_prepare_request(const lh_resolve_request *req, lh_run_config *rc,
                                                sizeof req->config_text
                            ? req->config_text : NULL;
     lh_status st = load_run_config(req->config_file, text, req->overrides, rc, err);
+    char *gguf = NULL;
     if (st == LH_OK)
+        st = lh_gguf_locate(req->model, &gguf, err);
+    if (st == LH_OK && gguf)
+        st = lh_model_config_from_gguf(&h->reg, gguf, cfg, err);
+    else if (st == LH_OK)
         st = lh_model_config_load(req->model, cfg, err);
+    free(gguf);
+    return st;
+}
+
+/* The run config's settings that a GGUF source cannot honour: its weights are used as stored. */
+static lh_status gguf_refusals(const lh_model_config *cfg, const lh_run_config *rc, lh_err *err)
+{
+    char origin[128];
+    if (rc->dtype != LH_DTYPE_INVALID)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "dtype=%s (from %s): %s is a GGUF file, whose "
+                          "weights are used as stored (each tensor in its own type); remove "
+                          "dtype", lh_dtype_name(rc->dtype),
+                          lh_value_origin_str(rc, rc->dtype_origin, origin, sizeof origin),
+                          cfg->path);
+    if (rc->quant.scheme != LH_QUANT_NONE || rc->quant.n_rules)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "quant (from %s): %s is a GGUF file, whose "
+                          "weights are already quantized as stored; remove the quant config",
+                          lh_value_origin_str(rc, rc->quant.origin, origin, sizeof origin),
+                          cfg->path);
+    return LH_OK;
+}
+
+lh_status lh_build_for_source(const lh_resolution *r, const lh_model_config *cfg,
+                              const lh_run_config *rc, lh_model **m, lh_checkpoint **ck,
+                              lh_err *err)
+{
+    *m = NULL;
+    if (ck)
+        *ck = NULL;
+    lh_status st = cfg->gguf ? gguf_refusals(cfg, rc, err) : LH_OK;
+    if (st == LH_OK)
+        st = lh_model_build(lh_host_api_table(), &r->entry->p.model, cfg, rc, m, err);
+    if (st != LH_OK || !cfg->gguf)
+        return st;
+    lh_checkpoint *g = NULL;
+    st = lh_checkpoint_open_gguf(cfg, &g, err);
+    if (st == LH_OK)
+        st = lh_model_adopt_stored_dtypes(*m, g, err);
+    if (st == LH_OK && ck) {
+        *ck = g;
+        g = NULL;
+    }
+    lh_checkpoint_close(g);
+    if (st != LH_OK) {
+        lh_model_free(*m);
+        *m = NULL;
+    }
     return st;
 }
 
@@ -319,6 +375,20 @@ lh_status lh_explain_object(lh_host *h, const lh_resolution *r, const lh_model_c
     if (!j)
         return lh_err_set(err, LH_E_NOMEM, "out of memory for the resolution JSON");
     json_object_set_new(j, "config", json_string(cfg->path));
+    if (cfg->gguf) {
+        lh_registry_lock(&h->reg);
+        const lh_reg_entry *ge = lh_registry_peek(&h->reg, LH_KIND_GGUF,
+                                                  cfg->gguf_provider->gguf_arch);
+        json_t *src = json_pack("{s:s,s:s,s:i,s:s,s:s}", "format", "gguf", "file", cfg->path,
+                                "version", (int)lh_gguf_version(cfg->gguf),
+                                "gguf_architecture", cfg->gguf_provider->gguf_arch,
+                                "names_from", ge ? ge->module->path : "?");
+        lh_registry_unlock(&h->reg);
+        if (!src || json_object_set_new(j, "source", src) != 0) {
+            json_decref(j);
+            return lh_err_set(err, LH_E_NOMEM, "out of memory for the resolution JSON");
+        }
+    }
     if (attn_trace)
         json_object_set(j, "attention", attn_trace);
     if (m) {
@@ -351,7 +421,7 @@ static lh_status resolve_common(lh_host *h, const lh_resolve_request *req, bool 
     lh_err_clear(err);
     lh_run_config rc;
     lh_model_config *cfg;
-    lh_status st = lh_prepare_request(req, &rc, &cfg, err);
+    lh_status st = lh_prepare_request(h, req, &rc, &cfg, err);
     lh_resolution r = {0};
     /* explain: the attention backend is chosen first, so an unknown name fails before any
      * plugin loads (its check reads only the indexes) */
@@ -363,7 +433,7 @@ static lh_status resolve_common(lh_host *h, const lh_resolve_request *req, bool 
     json_t *j = NULL;
     lh_model *m = NULL;
     if (st == LH_OK && explain)
-        st = lh_model_build(lh_host_api_table(), &r.entry->p.model, cfg, &rc, &m, err);
+        st = lh_build_for_source(&r, cfg, &rc, &m, NULL, err);
     if (st == LH_OK && explain) { /* the decisions that read the tree's attention geometry */
         lh_model_geometry geo;
         lh_model_run_geometry(m, &cfg->geo, &geo);

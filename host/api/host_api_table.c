@@ -1,5 +1,6 @@
 #include "host_api_table.h"
 
+#include "config/gguf_config.h"
 #include "config/model_config.h"
 #include "core/log.h"
 #include "model/model.h"
@@ -71,6 +72,11 @@ static lh_status api_register_attention_backend(lh_plugin_ctx *ctx,
     return lh_registry_register(rec_of(ctx), LH_KIND_ATTENTION_BACKEND, p, sizeof *p);
 }
 
+static lh_status api_register_gguf(lh_plugin_ctx *ctx, const lh_gguf_provider *p)
+{
+    return lh_registry_register(rec_of(ctx), LH_KIND_GGUF, p, sizeof *p);
+}
+
 static const lh_host_api host_api = {
     .struct_size = sizeof(lh_host_api),
     .abi_major = LH_PLUGIN_ABI_MAJOR,
@@ -131,6 +137,19 @@ static const lh_host_api host_api = {
     .logits = lh_runner_logits,
     .fwd_fail = lh_runner_fwd_fail,
     .fwd_status = lh_runner_fwd_status,
+    .register_gguf = api_register_gguf,
+    .gguf_get_int = lh_gguf_source_get_int,
+    .gguf_get_double = lh_gguf_source_get_double,
+    .gguf_get_bool = lh_gguf_source_get_bool,
+    .gguf_get_string = lh_gguf_source_get_string,
+    .gguf_arch = lh_gguf_source_arch,
+    .gguf_has_tensor = lh_gguf_source_has_tensor,
+    .config_set_int = lh_gguf_config_set_int,
+    .config_set_double = lh_gguf_config_set_double,
+    .config_set_bool = lh_gguf_config_set_bool,
+    .config_set_string = lh_gguf_config_set_string,
+    .config_set_json = lh_gguf_config_set_json,
+    .config_peek_int = lh_gguf_config_peek_int,
 };
 
 const lh_host_api *lh_host_api_table(void)

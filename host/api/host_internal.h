@@ -13,17 +13,29 @@ struct lh_host {
     lh_registry reg;
 };
 
-/* Loads and validates the run config (file + overrides), then the model's config.json. On
- * success the caller frees both; on error rc is still initialized (free it). */
-lh_status lh_prepare_request(const lh_resolve_request *req, lh_run_config *rc,
+/* Loads and validates the run config (file + overrides), then the model's config: its
+ * config.json, or for a GGUF source (gguf_locate.h) the config its plugin writes from the
+ * file's metadata (gguf_config.h; that loads the plugin). On success the caller frees both;
+ * on error rc is still initialized (free it). */
+lh_status lh_prepare_request(lh_host *h, const lh_resolve_request *req, lh_run_config *rc,
                              lh_model_config **cfg, lh_err *err);
+
+/* lh_model_build of the resolved provider; for a GGUF source also the file's tensors as a
+ * checkpoint with the tree's types taken from them (lh_model_adopt_stored_dtypes), so the
+ * memory plan is what the file holds. *ck (may be NULL: closed here) receives that checkpoint
+ * (NULL for a Hugging Face source). A GGUF source refuses the run config's dtype and quant
+ * settings, naming them (its weights are used as stored). */
+struct lh_model;
+struct lh_checkpoint;
+lh_status lh_build_for_source(const lh_resolution *r, const lh_model_config *cfg,
+                              const lh_run_config *rc, struct lh_model **m,
+                              struct lh_checkpoint **ck, lh_err *err);
 
 /* The explain object (lh_host_explain_json's keys) for a resolution r of cfg under rc:
  * resolution keys (with loaded_plugins, read under the registry lock), config, attention
  * (attn_trace when not NULL; kept by reference), and when m is not NULL run_config and the
  * memory plan of m (the KV pool from attn_trace's kv_cache when it has one). New reference
  * in *out. Errors: the plan's, LH_E_NOMEM. */
-struct lh_model;
 lh_status lh_explain_object(lh_host *h, const lh_resolution *r, const lh_model_config *cfg,
                             const lh_run_config *rc, json_t *attn_trace,
                             const struct lh_model *m, json_t **out, lh_err *err);

@@ -1,8 +1,10 @@
-/* The public tokenizer entry point that finds a model's tokenizer.json (the rest of the
- * tokenizer API is host/tokenizer/tokenizer.c, exported through llmhost.h). */
+/* The public tokenizer entry point that finds a model's tokenizer: a GGUF source's metadata or
+ * the tokenizer.json of a Hugging Face model (the rest of the tokenizer API is
+ * host/tokenizer/tokenizer.c, exported through llmhost.h). */
 #include "core/err.h"
 #include "core/paths.h"
 #include "tokenizer/tokenizer.h"
+#include "weights/gguf_locate.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +18,18 @@ lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_err *err)
     *out = NULL;
     if (!path || !*path)
         return lh_err_set(err, LH_E_USAGE, "lh_tokenizer_open: no path");
-    struct stat st;
+    /* a GGUF path wins only when lh_gguf_locate says it is one (a Hugging Face directory, with
+     * config.json, never is) */
     char *file = NULL;
+    lh_status s = lh_gguf_locate(path, &file, err);
+    if (s != LH_OK)
+        return s;
+    if (file) {
+        s = lh_tokenizer_load_gguf(file, out, err);
+        free(file);
+        return s;
+    }
+    struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         file = lh_path_join(path, "tokenizer.json");
     } else {
@@ -37,7 +49,7 @@ lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_err *err)
     }
     if (!file)
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
-    lh_status s = lh_tokenizer_load(file, out, err);
+    s = lh_tokenizer_load(file, out, err);
     free(file);
     return s;
 }

@@ -1,9 +1,14 @@
 /* The public chat-template API (llmhost.h): tokenizer_config.json's chat_template and special
- * tokens, rendered with the variables transformers' apply_chat_template passes. */
+ * tokens (or a GGUF file's tokenizer.chat_template and special-token ids), rendered with the
+ * variables transformers' apply_chat_template passes. */
 #include "chat/jinja.h"
 #include "core/err.h"
 #include "core/fileio.h"
 #include "core/paths.h"
+#include "core/utf8.h"
+#include "tokenizer/tokenizer.h"
+#include "weights/gguf.h"
+#include "weights/gguf_locate.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -178,6 +183,63 @@ done:
     return st;
 }
 
+#define GK_TEMPLATE "tokenizer.chat_template"
+
+/* tokenizer.chat_template and the special tokens of an open GGUF file. */
+static lh_status load_gguf(const lh_gguf_file *f, lh_chat_template **out, lh_err *err)
+{
+    const char *path = lh_gguf_path(f), *src;
+    size_t len;
+    lh_status st;
+    if (!lh_gguf_find(f, GK_TEMPLATE))
+        return lh_err_set(err, LH_E_CONFIG, "%s: no %s (the model has no chat format)", path,
+                          GK_TEMPLATE);
+    if ((st = lh_gguf_get_string(f, GK_TEMPLATE, &src, &len, err)))
+        return st;
+    /* the source is kept as a C string (lh_chat_template_source): no NUL inside */
+    const char *nul = memchr(src, 0, len);
+    size_t bad = lh_utf8_check(src, nul ? (size_t)(nul - src) : len);
+    if (nul || bad != len)
+        return lh_err_set(err, LH_E_CONFIG, "%s: %s is not UTF-8 text without NUL bytes (byte "
+                          "%zu)", path, GK_TEMPLATE, bad);
+    json_t *specials = json_object();
+    if (!specials)
+        return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < LH_GGUF_N_SPECIALS; i++) {
+        const char *tok;
+        size_t n;
+        if ((st = lh_gguf_special_token(f, lh_gguf_specials[i].key, &tok, &n, err))) {
+            json_decref(specials);
+            return st;
+        }
+        if (tok && json_object_set_new(specials, lh_gguf_specials[i].name,
+                                       json_stringn_nocheck(tok, n))) {
+            json_decref(specials);
+            return lh_err_set(err, LH_E_NOMEM, "out of memory");
+        }
+    }
+    st = build(src, len, specials, out, err);
+    if (st != LH_OK)
+        lh_err_prefix(err, "%s: %s", path, GK_TEMPLATE);
+    return st;
+}
+
+lh_status lh_chat_template_load_gguf(const char *path, lh_chat_template **out, lh_err *err)
+{
+    lh_err_clear(err);
+    if (!out)
+        return lh_err_set(err, LH_E_USAGE, "lh_chat_template_load_gguf: out is NULL");
+    *out = NULL;
+    if (!path || !*path)
+        return lh_err_set(err, LH_E_USAGE, "lh_chat_template_load_gguf: no path");
+    lh_gguf_file *f = NULL;
+    lh_status st = lh_gguf_open(path, &f, err);
+    if (st == LH_OK)
+        st = load_gguf(f, out, err);
+    lh_gguf_close(f);
+    return st;
+}
+
 lh_status lh_chat_template_open(const char *path, lh_chat_template **out, lh_err *err)
 {
     lh_err_clear(err);
@@ -186,8 +248,16 @@ lh_status lh_chat_template_open(const char *path, lh_chat_template **out, lh_err
     *out = NULL;
     if (!path || !*path)
         return lh_err_set(err, LH_E_USAGE, "lh_chat_template_open: no path");
+    char *file = NULL;
+    lh_status s = lh_gguf_locate(path, &file, err);
+    if (s != LH_OK)
+        return s;
+    if (file) {
+        s = lh_chat_template_load_gguf(file, out, err);
+        free(file);
+        return s;
+    }
     struct stat st;
-    char *file;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         file = lh_path_join(path, "tokenizer_config.json");
     } else {
@@ -207,8 +277,8 @@ lh_status lh_chat_template_open(const char *path, lh_chat_template **out, lh_err
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
     char *text = NULL;
     size_t len = 0;
-    lh_status s = lh_read_text_file(file, "tokenizer_config.json", MAX_CONFIG_BYTES,
-                                    LH_E_CONFIG, &text, &len, err);
+    s = lh_read_text_file(file, "tokenizer_config.json", MAX_CONFIG_BYTES, LH_E_CONFIG, &text,
+                          &len, err);
     if (s == LH_OK)
         s = lh_chat_template_load_json(text, len, file, out, err);
     free(text);

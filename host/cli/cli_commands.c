@@ -53,6 +53,11 @@ static const char *jstr(const json_t *o, const char *key)
 static void print_resolution(const json_t *j)
 {
     printf("config:                  %s\n", jstr(j, "config"));
+    const json_t *src = json_object_get(j, "source");
+    if (src)
+        printf("source:                  GGUF v%lld, general.architecture '%s' (config and "
+               "tensor names from %s)\n", (long long)json_integer_value(json_object_get(src,
+               "version")), jstr(src, "gguf_architecture"), jstr(src, "names_from"));
     printf("architecture:            %s\n", jstr(j, "architecture"));
     printf("resolved architecture:   %s\n", jstr(j, "resolved_architecture"));
     printf("kind:                    %s\n", jstr(j, "kind"));
@@ -226,6 +231,14 @@ static void print_plan(const json_t *j)
     json_object_foreach((json_t *)json_object_get(j, "groups"), key, g)
         printf("    %-12s %15lld params %18lld bytes\n", key, (long long)jint(g, "parameters"),
                (long long)jint(g, "bytes"));
+    const json_t *types = json_object_get(j, "weight_types");
+    if (json_object_size(types) > 1) {
+        printf("  by stored type:\n");
+        json_object_foreach((json_t *)types, key, g)
+            printf("    %-12s %5lld tensors %15lld params %11lld bytes\n", key,
+                   (long long)jint(g, "tensors"), (long long)jint(g, "parameters"),
+                   (long long)jint(g, "bytes"));
+    }
 }
 
 /* A command that takes no MODEL and prints one JSON document of the host: as it is with

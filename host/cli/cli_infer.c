@@ -182,54 +182,13 @@ static lh_status oom(lh_err *err)
     return LH_E_NOMEM;
 }
 
-/* A "type": NAME anywhere inside j (transformers' _decoder_has_type). */
-static bool json_has_type(json_t *j, const char *name)
+/* The matching mode from the decoder of the model's tokenizer (lh_tokenizer_byte_mode tells
+ * the decoders apart as transformers does). */
+static ss_mode stop_mode(const lh_tokenizer *t)
 {
-    if (json_is_object(j)) {
-        const char *k;
-        json_t *v;
-        json_t *t = json_object_get(j, "type");
-        if (json_is_string(t) && strcmp(json_string_value(t), name) == 0)
-            return true;
-        json_object_foreach(j, k, v)
-            if (json_has_type(v, name))
-                return true;
-    } else if (json_is_array(j)) {
-        size_t i;
-        json_t *v;
-        json_array_foreach(j, i, v)
-            if (json_has_type(v, name))
-                return true;
-    }
-    return false;
-}
-
-/* The matching mode from tokenizer.json's decoder, found as lh_tokenizer_open finds the file
- * (the tokenizer already loaded it, so a failure here only means SS_TEXT). */
-static ss_mode stop_mode(const char *model)
-{
-    struct stat st;
-    char path[4200];
-    const char *base = strrchr(model, '/');
-    base = base ? base + 1 : model;
-    if (stat(model, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(path, sizeof path, "%s/tokenizer.json", model);
-    else if (strcmp(base, "config.json") == 0)
-        snprintf(path, sizeof path, "%.*stokenizer.json", (int)(base - model), model);
-    else
-        snprintf(path, sizeof path, "%s", model);
-    json_t *j = json_load_file(path, 0, NULL);
-    json_t *dec = json_object_get(j, "decoder");
-    json_t *type = json_object_get(dec, "type");
-    ss_mode m = SS_TEXT;
-    if (json_is_string(type) && strcmp(json_string_value(type), "ByteLevel") == 0)
-        m = SS_BYTE_LEVEL;
-    else if (json_has_type(dec, "ByteFallback"))
-        m = SS_BYTE_FALLBACK;
-    else if (json_has_type(dec, "ByteLevel"))
-        m = SS_BYTE_LEVEL;
-    json_decref(j);
-    return m;
+    const lh_byte_mode b = lh_tokenizer_byte_mode(t);
+    return b == LH_BYTE_MODE_LEVEL ? SS_BYTE_LEVEL
+         : b == LH_BYTE_MODE_FALLBACK ? SS_BYTE_FALLBACK : SS_TEXT;
 }
 
 static void stop_matcher_free(stop_matcher *m)
@@ -251,13 +210,13 @@ static void stop_matcher_free(stop_matcher *m)
 
 /* Prepares matching for n_seqs sequences whose prompts are ids/lens. Returns 0 or an exit
  * status after printing why. */
-static int stop_matcher_init(stop_matcher *m, const lh_tokenizer *tok, const char *model,
+static int stop_matcher_init(stop_matcher *m, const lh_tokenizer *tok,
                              const char *const *strs, size_t n_strs, int32_t *const *ids,
                              const int64_t *lens, size_t n_seqs)
 {
     memset(m, 0, sizeof *m);
     m->tok = tok;
-    m->mode = stop_mode(model);
+    m->mode = stop_mode(tok);
     m->strs = strs;
     m->n_strs = n_strs;
     m->n_seqs = n_seqs;
@@ -707,7 +666,7 @@ int lh_cli_run(const lh_cli_args *a)
     stop_matcher sm = {0};
     bool finish[LH_CLI_MAX_DIRS];
     if (rc == 0 && a->n_stop_strings) {
-        rc = stop_matcher_init(&sm, tok, a->model, a->stop_strings, a->n_stop_strings, ids,
+        rc = stop_matcher_init(&sm, tok, a->stop_strings, a->n_stop_strings, ids,
                                lens, n_prompts);
         rs.stops = rc == 0 ? &sm : NULL;
         rs.finish = finish;

@@ -1,6 +1,8 @@
 /* config.json → lh_model_config (jansson). See model_config.h. */
 #include "model_config.h"
 
+#include "weights/gguf.h"
+
 #include "core/err.h"
 #include "core/fileio.h"
 #include "core/strutil.h"
@@ -697,6 +699,12 @@ static lh_status parse_buffer(const char *text, size_t len, const char *path, co
     return LH_OK;
 }
 
+lh_status lh_model_config_parse_at(const char *json_text, size_t len, const char *path,
+                                   const char *dir, lh_model_config **out, lh_err *err)
+{
+    return parse_buffer(json_text, len, path, dir, out, err);
+}
+
 lh_status lh_model_config_parse(const char *json_text, const char *source_name,
                                 lh_model_config **out, lh_err *err)
 {
@@ -768,6 +776,7 @@ void lh_model_config_free(lh_model_config *cfg)
     if (!cfg)
         return;
     json_decref(cfg->root);
+    lh_gguf_close(cfg->gguf);
     free(cfg->rope_factors);
     free(cfg->path);
     free(cfg->dir);

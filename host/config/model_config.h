@@ -12,6 +12,7 @@
 
 #include "llmhost.h"
 #include "lh_config.h"
+#include "lh_gguf.h"
 #include <jansson.h>
 
 struct lh_model_config {
@@ -27,6 +28,11 @@ struct lh_model_config {
      * the first geo.rope_scaling.n_factors entries, long_factor at the next n_factors. NULL
      * when the rope object carries neither. */
     double *rope_factors;
+    /* A GGUF source (gguf_config.h): the open file, owned, and the provider that wrote this
+     * config from its metadata (a registry entry's copy, valid while the host lives). NULL for
+     * a config.json. path is then the GGUF file and dir its directory. */
+    struct lh_gguf_file *gguf;
+    const lh_gguf_provider *gguf_provider;
 };
 
 /* Loads `path`, which is a model directory (its config.json is read) or a .json file.
@@ -34,6 +40,10 @@ struct lh_model_config {
  * error with line and column; a field with the wrong type or an impossible value, naming it).
  * On success *out is owned by the caller (lh_model_config_free). */
 lh_status lh_model_config_load(const char *path, lh_model_config **out, lh_err *err);
+/* From text read elsewhere (a GGUF file's metadata): path is what messages name, dir what
+ * cfg->dir becomes (may be NULL). */
+lh_status lh_model_config_parse_at(const char *json_text, size_t len, const char *path,
+                                   const char *dir, lh_model_config **out, lh_err *err);
 /* Same from text; `source_name` is used in messages. */
 lh_status lh_model_config_parse(const char *json_text, const char *source_name,
                                 lh_model_config **out, lh_err *err);

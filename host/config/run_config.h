@@ -12,6 +12,7 @@
  *   max_seq_len: int > 0                                  (default: max_position_embeddings)
  *   max_batch_size: int > 0                               (default 1)
  *   weight_placement: auto|mmap|huge_pages                (default auto)
+ *   quantized_matmul: int8|exact                          (default int8)
  *   attn_backend: NAME                                    (case-insensitive; default paged)
  *   attn_backend_fallback: bool                           (default false)
  *   kv_cache:
@@ -103,6 +104,12 @@ typedef enum lh_weight_placement {
     LH_PLACE_HUGE_PAGES
 } lh_weight_placement;
 
+/* How a linear with block-quantized weights (a GGUF file's Q4_K, Q8_0, ...) runs on the CPU:
+ * int8 quantizes the activations to 8-bit blocks and uses integer dot products (llama.cpp's
+ * arithmetic; the fast path), exact decodes the weights to f32 and runs the f32 kernels
+ * (bit-identical to the dequantized model). lh_kernels.h lh_k_qmm. */
+typedef enum lh_quantized_matmul { LH_QMM_INT8 = 0, LH_QMM_EXACT } lh_quantized_matmul;
+
 /* KV cache settings (DESIGN §8, paged backend). k_dtype / v_dtype LH_DTYPE_INVALID mean auto
  * (f32, the activations' dtype); LH_DTYPE_FP8_E4M3 needs a backend with the fp8-KV capability,
  * and k_dtype != v_dtype (mixed-precision KV, lh_kv_cache_mixed) one with the mixed-KV
@@ -154,6 +161,8 @@ typedef struct lh_run_config {
     lh_quant_config quant;
     lh_weight_placement weight_placement;
     lh_value_origin weight_placement_origin;
+    lh_quantized_matmul quantized_matmul;
+    lh_value_origin quantized_matmul_origin;
     /* Attention backend name, normalized to lower case when parsed so that validation and
      * dispatch see the same spelling; NULL: the default backend. */
     char *attn_backend;

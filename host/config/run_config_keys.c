@@ -21,7 +21,8 @@
 
 _Static_assert(sizeof(lh_dtype) == sizeof(int) && sizeof(lh_impl_mode) == sizeof(int) &&
                    sizeof(lh_quant_scheme) == sizeof(int) &&
-                   sizeof(lh_weight_placement) == sizeof(int),
+                   sizeof(lh_weight_placement) == sizeof(int) &&
+                   sizeof(lh_quantized_matmul) == sizeof(int),
                "enum keys are stored as int");
 
 /* ------------------------------------------------------------------------------------------ */
@@ -33,6 +34,7 @@ const char *const lh_rc_scheme_names[] = {"none", "fp8", "int8", "int4"};
 const size_t lh_rc_n_scheme_names = N_OF(lh_rc_scheme_names);
 static const char *const mode_names[] = {"off", "auto", "require"};
 static const char *const placement_names[] = {"auto", "mmap", "huge_pages"};
+static const char *const qmm_names[] = {"int8", "exact"};
 static const char *const kv_dtype_names[] = {"auto", "float32", "bfloat16", "float16", "fp8"};
 const lh_dtype lh_rc_kv_dtype_values[] = {LH_DTYPE_INVALID, LH_DTYPE_F32, LH_DTYPE_BF16,
                                           LH_DTYPE_F16, LH_DTYPE_FP8_E4M3};
@@ -475,6 +477,13 @@ const lh_rc_key lh_rc_keys[] = {
     {.name = "weight_placement", .type = LH_RC_ENUM, .from = Y | S, .cli = "--weight-placement",
      .def = "auto", .help = "where bound weights live", ENUM_OF(placement_names),
      AT(weight_placement, weight_placement_origin), NONE2, .json_rank = 14},
+    {.name = "quantized_matmul", .type = LH_RC_ENUM, .from = Y | S,
+     .cli = "--quantized-matmul", .def = "int8",
+     .help = "block-quantized weights (GGUF) on the CPU: int8 = activations quantized to 8 "
+             "bits, integer dot products (fast, llama.cpp's arithmetic); exact = weights "
+             "decoded to f32 (bit-identical to the dequantized model)",
+     ENUM_OF(qmm_names), AT(quantized_matmul, quantized_matmul_origin), NONE2,
+     .json_rank = 16},
     {.name = "attn_backend", .type = LH_RC_STRING, .from = Y | S, .flags = LH_RC_LOWER,
      .cli = "--attn-backend", .def = "paged",
      .help = "attention backend name (case-insensitive; see `llmhost backends`)",

@@ -341,8 +341,10 @@ LH_EXPORT void lh_engine_cancel(lh_engine *e);
 
 /* The tokenizer of a Hugging Face tokenizer.json, giving the same ids as the `tokenizers`
  * library for the components host/tokenizer/tokenizer.h lists (BPE with byte-level or
- * SentencePiece-style pre-tokenization, added/special tokens, their decoders). Independent of
- * lh_host and lh_engine: opening one loads no plugin and no weights.
+ * SentencePiece-style pre-tokenization, added/special tokens, their decoders), or of a GGUF
+ * file's tokenizer.ggml.* metadata (llama.cpp's format), read as the tokenizer.json that
+ * Hugging Face's tokenizer of the same model has. Independent of lh_host and lh_engine: opening
+ * one loads no plugin and no weights.
  * Ownership: an lh_tokenizer is immutable after loading; every function taking a const
  * lh_tokenizer * is [concurrent]; lh_tokenizer_free is [exclusive]. Every array or string
  * these functions return through a pointer argument is malloc'ed and the caller's (free()).
@@ -353,13 +355,32 @@ LH_EXPORT void lh_engine_cancel(lh_engine *e);
 typedef struct lh_tokenizer lh_tokenizer;
 
 /* Opens the tokenizer of a model: path is a model directory (its tokenizer.json is read), a
- * model's config.json (the tokenizer.json next to it), or a tokenizer.json file itself. */
+ * model's config.json (the tokenizer.json next to it), a tokenizer.json file itself, or a GGUF
+ * source -- a file starting with the GGUF magic, or a directory without config.json holding
+ * exactly one *.gguf -- whose metadata is read as lh_tokenizer_load_gguf reads it. Errors: the
+ * loaders', and LH_E_CONFIG for a directory without config.json holding several *.gguf files. */
 LH_EXPORT lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_err *err);
 /* Loads path as a tokenizer.json (no directory lookup). */
 LH_EXPORT lh_status lh_tokenizer_load(const char *path, lh_tokenizer **out, lh_err *err);
 /* The same from JSON text in memory; origin names it in messages (e.g. a path). */
 LH_EXPORT lh_status lh_tokenizer_load_json(const char *text, size_t len, const char *origin,
                                            lh_tokenizer **out, lh_err *err);
+/* Loads the tokenizer of a GGUF file from its tokenizer.ggml.* keys (no tensor is read):
+ * tokenizer.ggml.model "gpt2" (byte-level BPE: tokens, token_type, merges, the pre-tokenizer
+ * named by tokenizer.ggml.pre) or "llama" (SentencePiece BPE: tokens, scores, token_type; the
+ * merges derived from the scores as transformers does), add_bos_token / add_eos_token,
+ * add_space_prefix and the special-token ids. host/tokenizer/tokenizer.h says how each becomes
+ * tokenizer.json. *out is the caller's (lh_tokenizer_free); the file is not kept open.
+ * Errors: LH_E_IO and the GGUF reader's LH_E_CONFIG / LH_E_UNSUPPORTED for the file itself;
+ * LH_E_CONFIG naming the file and the key for a missing tokenizer.ggml.model or tokens, an
+ * array of the wrong element type or length, an empty, non-UTF-8 or duplicate token, a token
+ * type outside 0..6 or a BYTE token not named <0xNN>, a NaN score, an id key that is not a
+ * token id, a malformed merge (not "a b", a half or the merge not a token), missing scores
+ * (llama) or merges (gpt2), add_bos/add_eos true without the id; LH_E_UNSUPPORTED naming the
+ * value for another tokenizer.ggml.model (bert, t5, rwkv, ...), an unknown tokenizer.ggml.pre
+ * (the supported ones listed) or, for "llama", normalization Hugging Face's Llama tokenizer does
+ * not do (remove_extra_whitespaces true, a precompiled_charsmap); LH_E_NOMEM. */
+LH_EXPORT lh_status lh_tokenizer_load_gguf(const char *path, lh_tokenizer **out, lh_err *err);
 /* NULL is ok. */
 LH_EXPORT void lh_tokenizer_free(lh_tokenizer *t);
 
@@ -371,6 +392,17 @@ LH_EXPORT int32_t lh_tokenizer_token_to_id(const lh_tokenizer *t, const char *to
 LH_EXPORT const char *lh_tokenizer_id_to_token(const lh_tokenizer *t, int32_t id);
 /* Whether id is an added token marked special. */
 LH_EXPORT bool lh_tokenizer_is_special(const lh_tokenizer *t, int32_t id);
+
+/* What a token string stands for, as its decoder reads it (what stop strings are matched
+ * against; transformers tells the decoders apart the same way). */
+typedef enum lh_byte_mode {
+    LH_BYTE_MODE_TEXT = 0,     /* text: a token stands for its characters */
+    LH_BYTE_MODE_LEVEL = 1,    /* byte-level: each character stands for one byte (GPT-2's map) */
+    LH_BYTE_MODE_FALLBACK = 2, /* SentencePiece style: a "<0xNN>" token stands for byte NN */
+} lh_byte_mode;
+/* A ByteLevel decoder (at the top) is LEVEL; else a ByteFallback anywhere in the decoder is
+ * FALLBACK; else a ByteLevel anywhere is LEVEL; else (or no decoder) TEXT. NULL is TEXT. */
+LH_EXPORT lh_byte_mode lh_tokenizer_byte_mode(const lh_tokenizer *t);
 
 /* Encodes len bytes of UTF-8 text. add_special_tokens applies the post-processor (e.g. a BOS
  * token), as transformers' tokenizer(text) does by default. *ids (malloc'ed, may be NULL when
@@ -415,12 +447,13 @@ LH_EXPORT void lh_detok_stream_free(lh_detok_stream *s);
 
 /* ---- chat templates -------------------------------------------------------------------- */
 
-/* A model's chat template (tokenizer_config.json's `chat_template`, Jinja) with the special
- * tokens the template sees (bos_token, eos_token, unk_token, sep_token, pad_token, cls_token,
- * mask_token, as transformers passes them), rendered by an interpreter for the Jinja subset
- * that the Llama 2/3, Mistral, Qwen2 and SmolLM families' templates use; for the templates and
- * conversations of tests/fixtures/chat the output equals transformers' apply_chat_template(...,
- * tokenize=False). host/chat/jinja.h lists the subset.
+/* A model's chat template (tokenizer_config.json's `chat_template`, Jinja, or a GGUF file's
+ * tokenizer.chat_template) with the special tokens the template sees (bos_token, eos_token,
+ * unk_token, sep_token, pad_token, cls_token, mask_token, as transformers passes them),
+ * rendered by an interpreter for the Jinja subset that the Llama 2/3, Mistral, Qwen2 and
+ * SmolLM families' templates use; for the templates and conversations of tests/fixtures/chat
+ * the output equals transformers' apply_chat_template(..., tokenize=False). host/chat/jinja.h
+ * lists the subset.
  * Ownership: an lh_chat_template is immutable after loading; every function taking a const
  * lh_chat_template * is [concurrent]; lh_chat_template_free is [exclusive]. Rendered strings are malloc'ed and the caller's (free()).
  * Errors of the loaders: LH_E_IO (the file cannot be read, path named), LH_E_CONFIG (malformed
@@ -430,7 +463,8 @@ LH_EXPORT void lh_detok_stream_free(lh_detok_stream *s);
 typedef struct lh_chat_template lh_chat_template;
 
 /* Opens the chat template of a model: path is a model directory (its tokenizer_config.json),
- * a model's config.json (the tokenizer_config.json next to it), or a tokenizer_config.json.
+ * a model's config.json (the tokenizer_config.json next to it), a tokenizer_config.json, or a
+ * GGUF source (as lh_tokenizer_open says; read as lh_chat_template_load_gguf reads it).
  * `chat_template` may be a string or a list of {"name", "template"} (the one named "default"
  * is used). */
 LH_EXPORT lh_status lh_chat_template_open(const char *path, lh_chat_template **out,
@@ -438,6 +472,16 @@ LH_EXPORT lh_status lh_chat_template_open(const char *path, lh_chat_template **o
 /* The same from tokenizer_config.json text in memory; origin names it in messages. */
 LH_EXPORT lh_status lh_chat_template_load_json(const char *text, size_t len, const char *origin,
                                                lh_chat_template **out, lh_err *err);
+/* The chat template of a GGUF file: tokenizer.chat_template (the default template; named ones,
+ * tokenizer.chat_template.NAME, are not used) and as special tokens the token strings of
+ * tokenizer.ggml.bos_token_id, eos_token_id, unknown_token_id, seperator_token_id,
+ * padding_token_id, cls_token_id and mask_token_id (those present). *out is the caller's; the
+ * file is not kept open. Errors: the GGUF reader's for the file; LH_E_CONFIG for no
+ * tokenizer.chat_template (the same class as a tokenizer_config.json without chat_template,
+ * naming the key), a template that is not a string or not UTF-8, an id key that is not a token
+ * id of tokenizer.ggml.tokens; a template syntax error as lh_chat_template_from_string. */
+LH_EXPORT lh_status lh_chat_template_load_gguf(const char *path, lh_chat_template **out,
+                                               lh_err *err);
 /* A template from its Jinja source (len bytes); special_tokens_json: NULL or a JSON object of
  * strings ({"bos_token": "<s>", ...}) the template sees as variables (LH_E_USAGE if it is
  * not one). */

@@ -17,6 +17,7 @@ static const char *const kind_names[LH_KIND_COUNT] = {
     [LH_KIND_VISION_ENCODER] = "vision_encoder",
     [LH_KIND_DRAFT] = "draft",
     [LH_KIND_ATTENTION_BACKEND] = "attention_backend",
+    [LH_KIND_GGUF] = "gguf",
 };
 
 const char *lh_kind_name(lh_kind k)

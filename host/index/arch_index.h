@@ -20,6 +20,7 @@ typedef enum lh_kind {
     LH_KIND_VISION_ENCODER,
     LH_KIND_DRAFT,
     LH_KIND_ATTENTION_BACKEND,
+    LH_KIND_GGUF, /* a GGUF file's general.architecture (lh_gguf.h) */
     LH_KIND_COUNT
 } lh_kind;
 

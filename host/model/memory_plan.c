@@ -94,7 +94,34 @@ json_t *lh_model_plan_json(const lh_model *m, const lh_memory_plan *plan)
     json_t *groups = json_object();
     json_t *attn = json_array();
     bool ok = o && groups && attn;
-    const char *dt = lh_dtype_name(plan->weight_dtype);
+    /* Each stored type's share (a GGUF file mixes them: Q4_K, Q6_K, F32 norms): one
+     * weight_dtype names the type only when every parameter has it. */
+    json_t *types = json_object();
+    ok = ok && types;
+    lh_dtype only = LH_DTYPE_INVALID;
+    bool mixed = false;
+    for (const lh_module *x = b->root; ok && x; x = lh_tree_next(x))
+        for (const lh_param *p = x->params; ok && p; p = p->next) {
+            if (p->tied_to)
+                continue;
+            mixed |= only != LH_DTYPE_INVALID && p->dtype != only;
+            only = p->dtype;
+            const char *n = lh_dtype_name(p->dtype) ? lh_dtype_name(p->dtype) : "?";
+            json_t *t = json_object_get(types, n);
+            if (!t) {
+                ok = put(types, n, json_pack("{s:I,s:I,s:I}", "tensors", (json_int_t)0,
+                                             "parameters", (json_int_t)0, "bytes",
+                                             (json_int_t)0));
+                t = json_object_get(types, n);
+            }
+            ok = ok && t &&
+                 put(t, "tensors", json_integer(json_integer_value(json_object_get(t, "tensors")) + 1)) &&
+                 put(t, "parameters", json_integer(json_integer_value(json_object_get(t, "parameters")) + p->numel)) &&
+                 put(t, "bytes", json_integer(json_integer_value(json_object_get(t, "bytes")) + p->bytes));
+        }
+    const char *dt = mixed ? "mixed" : lh_dtype_name(plan->weight_dtype);
+    ok = ok && put(o, "weight_types", json_incref(types));
+    json_decref(types);
     ok = ok && put(o, "parameters", json_integer(plan->parameters)) &&
          put(o, "weight_bytes", json_integer(plan->weight_bytes)) &&
          put(o, "weight_dtype", dt ? json_string(dt) : json_null()) &&

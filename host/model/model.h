@@ -119,13 +119,23 @@ typedef struct lh_bind_stats {
  *    than F32/F16/BF16, each list cut after 20 entries (fewer when the message would not fit)
  *    with its full count; LLMHOST_LOG=debug logs every entry.
  *  - A param stored in a quantized scheme (fp8/int8/int4 from the quant config) is
- *    LH_E_UNSUPPORTED: loading quantized weights is not implemented yet.
+ *    LH_E_UNSUPPORTED: quantizing at load is not implemented yet. ggml's block types (from
+ *    a GGUF file, lh_model_adopt_stored_dtypes) bind as stored.
+ *  - A GGUF tensor in another layout (lh_gguf_layout: RoPE-permuted rows, stored + 1) is
+ *    copied into the tree's layout.
  * Ownership: the call always consumes `ck`. On success the model owns it (the mapping must
  *    outlive every zero-copy param; lh_model_free closes it); on any failure it is closed
  *    before returning and nothing is bound. The caller never closes it after this call.
  * Errors: LH_E_USAGE (NULL argument, weights already bound), LH_E_UNSUPPORTED, LH_E_CONFIG,
  * LH_E_NOMEM. */
 lh_status lh_model_bind_weights(lh_model *m, lh_checkpoint *ck, lh_err *err);
+/* A source whose weights are used as stored (a GGUF file): every non-tied param whose tensor
+ * `ck` holds, with the param's shape and a readable type, takes that type (and its bytes) in
+ * the tree, so the memory plan and binding see what the file holds. Absent, mis-shaped or
+ * unreadable tensors are left for binding to report. Call after building, before planning or
+ * binding; ck is not consumed. Errors: LH_E_CONFIG (a block-type tensor whose rows are not
+ * whole blocks), LH_E_USAGE, LH_E_NOMEM. */
+lh_status lh_model_adopt_stored_dtypes(lh_model *m, const lh_checkpoint *ck, lh_err *err);
 /* Moves every bound parameter into one anonymous mapping with transparent huge pages
  * requested (madvise), freeing conversion buffers; tied parameters follow their source. The
  * model owns the region. Errors: LH_E_USAGE before binding, LH_E_NOMEM with the size. */

@@ -476,6 +476,48 @@ lh_status lh_registry_ensure(lh_registry *reg, lh_kind kind, const char *name,
 
 /* ---- registration from plugins ----------------------------------------------------------- */
 
+static bool empty(const char *s)
+{
+    return !s || !*s;
+}
+
+/* "{L}" at most once, and only in a tensor name. */
+static bool layer_pattern_ok(const char *s)
+{
+    const char *first = strstr(s, "{L}");
+    return !first || !strstr(first + 3, "{L}");
+}
+
+/* Why a GGUF provider registration is malformed (a static description), or NULL. */
+static const char *gguf_provider_problem(const lh_gguf_provider *p)
+{
+    if (empty(p->gguf_arch))
+        return "a gguf_arch (general.architecture)";
+    if (empty(p->architecture))
+        return "the architecture it feeds";
+    if (p->n_keys && !p->keys)
+        return "a key table (n_keys > 0 with keys NULL)";
+    if (p->n_tensors && !p->tensors)
+        return "a tensor table (n_tensors > 0 with tensors NULL)";
+    for (size_t i = 0; i < p->n_keys; i++)
+        if (empty(p->keys[i].config_key) || empty(p->keys[i].gguf_key))
+            return "both names in every key entry";
+    for (size_t i = 0; i < p->n_tensors; i++) {
+        const lh_gguf_tensor_name *t = &p->tensors[i];
+        if (empty(t->gguf) || (t->layout != LH_GGUF_IGNORE && empty(t->name)))
+            return "a GGUF name and (unless LH_GGUF_IGNORE) a tree name in every tensor entry";
+        if ((unsigned)t->layout > LH_GGUF_IGNORE)
+            return "a known lh_gguf_layout in every tensor entry";
+        const bool in_gguf = strstr(t->gguf, "{L}") != NULL;
+        const bool in_name = t->name && strstr(t->name, "{L}") != NULL;
+        if (!layer_pattern_ok(t->gguf) || (t->name && !layer_pattern_ok(t->name)) ||
+            (t->layout != LH_GGUF_IGNORE && in_gguf != in_name))
+            return "one \"{L}\" on both sides of a tensor entry, or none";
+    }
+    return NULL;
+}
+
+
 lh_status lh_registry_register(lh_module_rec *mod, lh_kind kind, const void *provider,
                                size_t host_struct_size)
 {
@@ -491,6 +533,7 @@ lh_status lh_registry_register(lh_module_rec *mod, lh_kind kind, const void *pro
     /* struct_size must at least cover the fields of ABI x.0 of this provider struct */
     size_t min_size = kind == LH_KIND_DRAFT            ? sizeof(lh_draft_provider)
                       : kind == LH_KIND_ATTENTION_BACKEND ? offsetof(lh_attn_backend_provider, ops)
+                      : kind == LH_KIND_GGUF              ? sizeof(lh_gguf_provider)
                                                           : offsetof(lh_model_provider, check_runtime);
     /* (ABI 3.0 model providers end with check_runtime; the size check above covers ops) */
     if (given_size < min_size) {
@@ -504,18 +547,22 @@ lh_status lh_registry_register(lh_module_rec *mod, lh_kind kind, const void *pro
     memcpy(&e->p, provider, given_size < host_struct_size ? given_size : host_struct_size);
     const char *name = kind == LH_KIND_DRAFT ? e->p.draft.mode
                        : kind == LH_KIND_ATTENTION_BACKEND ? e->p.attn.name
+                       : kind == LH_KIND_GGUF              ? e->p.gguf.gguf_arch
                                                            : e->p.model.name;
     const lh_model_ops *ops = kind == LH_KIND_DRAFT ? e->p.draft.ops
-                              : kind == LH_KIND_ATTENTION_BACKEND ? NULL
-                                                                  : e->p.model.ops;
+                              : kind == LH_KIND_ATTENTION_BACKEND || kind == LH_KIND_GGUF
+                                  ? NULL
+                                  : e->p.model.ops;
     /* ops must cover construct..destroy as this SDK defines them (append-only later) */
-    bool fn_ok = kind == LH_KIND_ATTENTION_BACKEND ||
+    bool fn_ok = kind == LH_KIND_ATTENTION_BACKEND || kind == LH_KIND_GGUF ||
                  (ops && ops->struct_size >= offsetof(lh_model_ops, destroy) + sizeof ops->destroy &&
                   ops->construct && (!ops->forward) == (!ops->bind));
-    if (!name || !*name || !fn_ok) {
+    const char *gguf_bad = kind == LH_KIND_GGUF ? gguf_provider_problem(&e->p.gguf) : NULL;
+    if (!name || !*name || !fn_ok || gguf_bad) {
         lh_log(LH_LOG_ERROR, "%s: %s provider without %s", mod->path, lh_kind_name(kind),
-               !fn_ok ? "a complete lh_model_ops (construct; bind and forward together)"
-                      : "a name");
+               gguf_bad ? gguf_bad
+               : !fn_ok ? "a complete lh_model_ops (construct; bind and forward together)"
+                        : "a name");
         free(e);
         return LH_E_USAGE;
     }
@@ -534,6 +581,8 @@ lh_status lh_registry_register(lh_module_rec *mod, lh_kind kind, const void *pro
         e->p.draft.mode = e->name;
     else if (kind == LH_KIND_ATTENTION_BACKEND)
         e->p.attn.name = e->name;
+    else if (kind == LH_KIND_GGUF)
+        e->p.gguf.gguf_arch = e->name;
     else
         e->p.model.name = e->name;
     e->kind = kind;

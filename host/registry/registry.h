@@ -43,6 +43,7 @@ typedef struct lh_reg_entry {
         lh_model_provider model;
         lh_draft_provider draft;
         lh_attn_backend_provider attn;
+        lh_gguf_provider gguf;
     } p;
     lh_module_rec *module;
     lh_reg_outcome outcome;

@@ -126,6 +126,15 @@ static lh_status upload_weights(lh_runner *r, lh_err *err)
     }
     char dev[32];
     lh_runner_device_name(r->dev, dev, sizeof dev);
+    /* the CUDA kernels have no block-quantized matmul or embedding yet: refuse before a byte
+     * moves rather than at the first step */
+    for (int64_t i = 0; i < n && r->dev.kind == LH_DEVICE_CUDA; i++)
+        if (lh_k_dtype_block(w[i].t.dtype, NULL, NULL)) {
+            free(src);
+            return lh_err_set(err, LH_E_UNSUPPORTED, "%s is %s: block-quantized weights (a "
+                              "GGUF file's) run on the CPU only in this build, not on %s; use "
+                              "device: cpu", w[i].name, lh_k_dtype_name(w[i].t.dtype), dev);
+        }
     /* the bytes to move, each storage once (the bar's total) */
     int64_t total = 0;
     for (int64_t i = 0; i < n; i++) {

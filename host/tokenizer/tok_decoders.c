@@ -258,3 +258,13 @@ bool dec_apply(const decoder *d, strs *s)
     }
     return false;
 }
+
+bool dec_has(const decoder *d, dec_kind k)
+{
+    if (d->kind == k)
+        return true;
+    for (size_t i = 0; d->kind == DEC_SEQUENCE && i < d->n_children; i++)
+        if (dec_has(&d->children[i], k))
+            return true;
+    return false;
+}

@@ -1,5 +1,6 @@
 /* Loading: tokenizer.json -> lh_tokenizer (the model, the added tokens, then normalizer,
- * pre-tokenizer, post-processor and decoder), and freeing it. */
+ * pre-tokenizer, post-processor and decoder), and freeing it. A GGUF file's tokenizer comes here
+ * too, as the document tok_gguf.c builds. */
 #include "tokenizer/tokenizer_internal.h"
 
 #include "core/fileio.h"
@@ -94,29 +95,34 @@ static lh_status load_root(ctx *c, lh_tokenizer *t, json_t *root)
     return LH_OK;
 }
 
-lh_status lh_tokenizer_load_json(const char *text, size_t len, const char *origin,
-                                 lh_tokenizer **out, lh_err *err)
+lh_status tokenizer_from_doc(json_t *root, const char *origin, lh_tokenizer **out, lh_err *err)
 {
     *out = NULL;
     bytelevel_init();
-    json_error_t je;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return lh_err_set(err, LH_E_CONFIG, "%s:%d:%d: %s", origin, je.line, je.column, je.text);
     lh_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) {
-        json_decref(root);
+    if (!t)
         return lh_err_set(err, LH_E_NOMEM, "out of memory loading %s", origin);
-    }
     ctx c = {origin, err};
     lh_status st = load_root(&c, t, root);
-    json_decref(root);
     if (st) {
         lh_tokenizer_free(t);
         return st;
     }
     *out = t;
     return LH_OK;
+}
+
+lh_status lh_tokenizer_load_json(const char *text, size_t len, const char *origin,
+                                 lh_tokenizer **out, lh_err *err)
+{
+    *out = NULL;
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return lh_err_set(err, LH_E_CONFIG, "%s:%d:%d: %s", origin, je.line, je.column, je.text);
+    lh_status st = tokenizer_from_doc(root, origin, out, err);
+    json_decref(root);
+    return st;
 }
 
 lh_status lh_tokenizer_load(const char *path, lh_tokenizer **out, lh_err *err)

@@ -26,6 +26,21 @@ bool lh_tokenizer_is_special(const lh_tokenizer *t, int32_t id)
     return id >= 0 && id < t->n_ids && t->special[id];
 }
 
+/* As transformers' stop-string matching tells the decoders apart: a ByteLevel decoder first,
+ * then ByteFallback anywhere in the decoder, then ByteLevel anywhere. */
+lh_byte_mode lh_tokenizer_byte_mode(const lh_tokenizer *t)
+{
+    if (!t || !t->dec)
+        return LH_BYTE_MODE_TEXT;
+    if (t->dec->kind == DEC_BYTELEVEL)
+        return LH_BYTE_MODE_LEVEL;
+    if (dec_has(t->dec, DEC_BYTEFALLBACK))
+        return LH_BYTE_MODE_FALLBACK;
+    if (dec_has(t->dec, DEC_BYTELEVEL))
+        return LH_BYTE_MODE_LEVEL;
+    return LH_BYTE_MODE_TEXT;
+}
+
 /* ---- encode ------------------------------------------------------------------------------------ */
 
 /* Normalizes, pre-tokenizes and runs the model on a segment between added tokens. */

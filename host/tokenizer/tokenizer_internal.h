@@ -11,6 +11,8 @@
  *   tok_postprocess.c    post-processors (parse, the template applied to the ids)
  *   tok_decoders.c       decoders (parse, apply)
  *   tok_load.c           loading: tokenizer.json -> lh_tokenizer, and freeing it
+ *   tok_gguf*.c          a GGUF file's tokenizer.ggml.* metadata -> a tokenizer.json document
+ *                        (tok_gguf.h)
  *   tokenizer.c          encode and decode through the components; the token table queries
  *   tok_stream.c         the streaming decoder (lh_detok_stream_*)
  * Text is kept in core/strbuf.h's lh_strbuf, UTF-8 read with core/utf8.h. Every string these
@@ -263,6 +265,8 @@ lh_status parse_dec(ctx *c, json_t *j, const char *path, void *elem);
 void dec_free(void *elem);
 /* Decodes s in place; false on allocation or match failure. */
 bool dec_apply(const decoder *d, strs *s);
+/* Whether d is, or its Sequence holds (at any depth), a decoder of kind k. */
+bool dec_has(const decoder *d, dec_kind k);
 
 /* ---- the tokenizer ----------------------------------------------------------------------------- */
 
@@ -302,6 +306,9 @@ struct lh_tokenizer {
     size_t n_tmpl;
 };
 
+/* tok_load.c: a tokenizer from a parsed tokenizer.json document (root stays the caller's);
+ * origin names it in messages. */
+lh_status tokenizer_from_doc(json_t *root, const char *origin, lh_tokenizer **out, lh_err *err);
 /* tok_load.c: sets id's token to s[0..n) (an id may be given twice only with the same token). */
 lh_status set_token(ctx *c, lh_tokenizer *t, int32_t id, const char *s, size_t n, const char *path);
 

@@ -6,6 +6,7 @@
 #include "../core/log.h"
 #include "../core/strbuf.h"
 #include "../model/tree_internal.h"
+#include "lh_gguf.h"
 #include "lh_kernels.h"
 
 #include <inttypes.h>
@@ -57,7 +58,7 @@ static const char *dtype_name(lh_dtype dt)
     case LH_DTYPE_FP8_E4M3: return "fp8";
     case LH_DTYPE_INT8: return "int8";
     case LH_DTYPE_INT4: return "int4";
-    default: return "?";
+    default: return lh_k_dtype_name(dt) ? lh_k_dtype_name(dt) : "?";
     }
 }
 
@@ -195,8 +196,13 @@ static void report_entry(lh_strbuf *b, int kind, const pair *e)
         sb_shape(b, e->t->ndim, e->t->shape);
         break;
     case K_DTYPE:
-        lh_strbuf_printf(b, "unsupported dtype %s for tensor %s", lh_st_dtype_name(e->t->st_dtype),
-               e->t->name);
+        if (e->t->stored_type) /* a GGUF tensor: ggml's type name */
+            lh_strbuf_printf(b, "unsupported ggml type %s for tensor %s (this build reads F32, "
+                             "F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+                             e->t->stored_type, e->t->name);
+        else
+            lh_strbuf_printf(b, "unsupported dtype %s for tensor %s",
+                             lh_st_dtype_name(e->t->st_dtype), e->t->name);
         break;
     }
 }
@@ -228,7 +234,7 @@ static void format_report(lh_strbuf *b, const lh_model *m, const lh_checkpoint *
         }
         if (shown < v->n)
             lh_strbuf_printf(b, ", ... and %zu more", v->n - shown);
-        if (k == K_DTYPE)
+        if (k == K_DTYPE && !v->a[0].t->stored_type) /* GGUF entries list their own */
             lh_strbuf_printf(b, "; supported: F32, F16, BF16");
     }
     if (nothing_matched)
@@ -311,7 +317,7 @@ static lh_status check_quantized(const lh_model *m, lh_err *err)
     const lh_param *first = NULL;
     size_t count = 0;
     for (lh_param *p = lh_tree_next_param(m->b, NULL); p; p = lh_tree_next_param(m->b, p))
-        if (!p->tied_to && !elem_size(p->dtype)) {
+        if (!p->tied_to && !elem_size(p->dtype) && !lh_k_dtype_block(p->dtype, NULL, NULL)) {
             if (!first)
                 first = p;
             count++;
@@ -325,6 +331,75 @@ static lh_status check_quantized(const lh_model *m, lh_err *err)
                       "%s: quantized storage (%s) for %s is not implemented yet; remove the "
                       "quant config to load weights (%zu quantized parameter%s)",
                       m->provider, scheme, first->owner->name, count, count == 1 ? "" : "s");
+}
+
+/* A GGUF tensor stored in another layout than the tree's (lh_gguf_layout), copied into buf as
+ * the tree has it. Rows move whole, so block-quantized rows need no decoding. */
+static lh_status apply_layout(const lh_st_tensor *t, const lh_param *p, void *buf, int64_t bytes,
+                              lh_progress *pg, lh_err *err)
+{
+    if (t->dtype != p->dtype)
+        return lh_err_set(err, LH_E_USAGE, "%s is stored as %s, the tree asks for %s: a GGUF "
+                          "tensor's layout is taken back only in its stored type", t->name,
+                          dtype_name(t->dtype), dtype_name(p->dtype));
+    const unsigned char *src = t->data;
+    unsigned char *dst = buf;
+    if (t->layout == LH_GGUF_PLUS_ONE) { /* checkpoint_gguf.c admits F32 only */
+        for (int64_t i = 0; i < p->numel; i++) {
+            float v;
+            memcpy(&v, src + 4 * i, 4);
+            v -= 1.0f;
+            memcpy(dst + 4 * i, &v, 4);
+        }
+    } else { /* LH_GGUF_ROPE_ROWS_Q / _K: per head, GGUF row 2i + j is row j * hd / 2 + i */
+        const int64_t rows = p->ndim ? p->shape[0] : 1;
+        const size_t row_bytes = (size_t)(bytes / rows);
+        const int64_t hd = rows / t->layout_heads, half = hd / 2;
+        for (int64_t h = 0; h < t->layout_heads; h++)
+            for (int64_t i = 0; i < half; i++)
+                for (int64_t j = 0; j < 2; j++)
+                    memcpy(dst + (size_t)(h * hd + j * half + i) * row_bytes,
+                           src + (size_t)(h * hd + 2 * i + j) * row_bytes, row_bytes);
+    }
+    lh_progress_add(pg, bytes);
+    return LH_OK;
+}
+
+lh_status lh_model_adopt_stored_dtypes(lh_model *m, const lh_checkpoint *ck, lh_err *err)
+{
+    if (!m || !ck)
+        return lh_err_set(err, LH_E_USAGE, "lh_model_adopt_stored_dtypes: NULL argument");
+    lh_strbuf name = {0};
+    lh_status st = LH_OK;
+    for (lh_param *p = lh_tree_next_param(m->b, NULL); p && st == LH_OK;
+         p = lh_tree_next_param(m->b, p)) {
+        if (p->tied_to)
+            continue;
+        const lh_st_tensor *t = find_for(ck, p, &name, NULL);
+        if (name.oom) {
+            st = lh_err_set(err, LH_E_NOMEM, "%s: out of memory", m->provider);
+            break;
+        }
+        /* an absent, mis-shaped or unreadable tensor stays as built: binding reports it */
+        if (!t || t->dtype == LH_DTYPE_INVALID || !same_shape(p, t))
+            continue;
+        const int64_t bytes = lh_k_dtype_bytes(t->dtype, p->numel);
+        if (bytes < 0) {
+            st = lh_err_set(err, LH_E_CONFIG, "%s: tensor %s: %s rows of %" PRId64 " elements "
+                            "are not whole blocks", m->provider, t->name, dtype_name(t->dtype),
+                            p->ndim ? p->shape[p->ndim - 1] : 1);
+            break;
+        }
+        p->dtype = t->dtype;
+        p->bytes = bytes;
+    }
+    /* a tied param reads its source's data, so it has its source's type (bytes stay 0) */
+    for (lh_param *p = lh_tree_next_param(m->b, NULL); p && st == LH_OK;
+         p = lh_tree_next_param(m->b, p))
+        if (p->tied_to)
+            p->dtype = p->tied_to->dtype;
+    free(name.s);
+    return st;
 }
 
 static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
@@ -432,7 +507,7 @@ static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
     for (size_t i = 0; i < jobs.n; i++) {
         const lh_param *p = jobs.a[i].p;
         const lh_st_tensor *t = jobs.a[i].t;
-        if (t->dtype != p->dtype || !t->aligned)
+        if (t->dtype != p->dtype || !t->aligned || t->layout != LH_GGUF_AS_STORED)
             to_convert += lh_k_dtype_bytes(p->dtype, p->numel);
         if (t->dtype != p->dtype)
             any_conversion = true;
@@ -448,7 +523,7 @@ static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
         const lh_st_tensor *t = jobs.a[i].t;
         int64_t bytes = lh_k_dtype_bytes(p->dtype, p->numel);
         s.bound++;
-        if (t->dtype == p->dtype && t->aligned) {
+        if (t->dtype == p->dtype && t->aligned && t->layout == LH_GGUF_AS_STORED) {
             p->data = (void *)(uintptr_t)t->data; /* read-only mapping */
             p->data_owned = false;
             s.zero_copy++;
@@ -463,8 +538,11 @@ static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
                             m->provider, t->name, bytes, dtype_name(p->dtype));
             break;
         }
-        st = lh_bind_convert(t->data, t->dtype, buf, p->dtype, (size_t)p->numel, scratch, &pg,
-                             err);
+        if (t->layout != LH_GGUF_AS_STORED)
+            st = apply_layout(t, p, buf, bytes, &pg, err);
+        else
+            st = lh_bind_convert(t->data, t->dtype, buf, p->dtype, (size_t)p->numel, scratch,
+                                 &pg, err);
         if (st != LH_OK) {
             free(buf);
             lh_err_prefix(err, "%s: tensor %s", m->provider, t->name);

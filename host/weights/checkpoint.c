@@ -23,6 +23,8 @@ struct lh_checkpoint {
     lh_st_file **files;
     size_t n_files;
     const lh_st_tensor **all; /* sorted by name */
+    lh_st_tensor *adopted;     /* lh_checkpoint_adopt: the tensors, and their names, owned */
+    size_t n_adopted;
     size_t n;
     uint64_t bytes;
 };
@@ -93,6 +95,9 @@ void lh_checkpoint_close(lh_checkpoint *ck)
         lh_st_close(ck->files[i]);
     free(ck->files);
     free(ck->all);
+    for (size_t i = 0; i < ck->n_adopted; i++)
+        free((char *)(uintptr_t)ck->adopted[i].name);
+    free(ck->adopted);
     free(ck->path);
     free(ck);
 }
@@ -126,6 +131,40 @@ static lh_status build_index(lh_checkpoint *ck, lh_err *err)
             return lh_err_set(err, LH_E_CONFIG, "%s: tensor '%s' is in both %s and %s",
                               ck->path, ck->all[i]->name, lh_st_path(ck->all[i - 1]->file),
                               lh_st_path(ck->all[i]->file));
+    return LH_OK;
+}
+
+lh_status lh_checkpoint_adopt(const char *path, lh_st_tensor *tensors, size_t n,
+                              lh_checkpoint **out, lh_err *err)
+{
+    *out = NULL;
+    lh_checkpoint *ck = calloc(1, sizeof *ck);
+    if (ck) {
+        ck->adopted = tensors;
+        ck->n_adopted = n;
+    } else {
+        for (size_t i = 0; i < n; i++)
+            free((char *)(uintptr_t)tensors[i].name);
+        free(tensors);
+    }
+    if (!ck || !(ck->path = lh_strdup(path)) ||
+        !(ck->all = malloc((n ? n : 1) * sizeof *ck->all))) {
+        lh_checkpoint_close(ck);
+        return lh_err_set(err, LH_E_NOMEM, "%s: out of memory", path);
+    }
+    for (size_t i = 0; i < n; i++) {
+        ck->all[ck->n++] = &tensors[i];
+        ck->bytes += tensors[i].end - tensors[i].begin;
+    }
+    qsort(ck->all, ck->n, sizeof *ck->all, cmp_tensor_ptr);
+    for (size_t i = 1; i < ck->n; i++)
+        if (strcmp(ck->all[i - 1]->name, ck->all[i]->name) == 0) {
+            lh_status st = lh_err_set(err, LH_E_CONFIG, "%s: two tensors are named '%s'", path,
+                                      ck->all[i]->name);
+            lh_checkpoint_close(ck);
+            return st;
+        }
+    *out = ck;
     return LH_OK;
 }
 

@@ -29,6 +29,12 @@ typedef struct lh_checkpoint lh_checkpoint;
 lh_status lh_checkpoint_open(const char *path, lh_checkpoint **out, lh_err *err);
 void lh_checkpoint_close(lh_checkpoint *ck);
 
+/* A checkpoint over tensors of another container (a GGUF file, checkpoint_gguf.h): takes
+ * tensors[0..n) (a malloc'ed array whose names are malloc'ed too; freed with the checkpoint,
+ * also on failure); their data must outlive the checkpoint. Errors: LH_E_CONFIG for two
+ * tensors of one name (naming it), LH_E_NOMEM. */
+lh_status lh_checkpoint_adopt(const char *path, lh_st_tensor *tensors, size_t n,
+                              lh_checkpoint **out, lh_err *err);
 /* The path given to open. */
 const char *lh_checkpoint_path(const lh_checkpoint *ck);
 /* true when opened through an index. */

@@ -77,7 +77,13 @@ typedef struct lh_st_tensor {
     uint64_t begin, end;       /* data_offsets, relative to the data buffer */
     const void *data;          /* inside the mapping (read-only); NULL when end == begin */
     bool aligned;              /* data aligned for the element type */
-    const lh_st_file *file;
+    const lh_st_file *file;    /* NULL for a tensor of another container (GGUF) */
+    /* A GGUF tensor (checkpoint_gguf.c): its ggml type name ("Q4_K"), and how its values
+     * relate to the tree's tensor (lh_gguf_layout; layout_heads: the heads a RoPE row
+     * permutation runs over). NULL / 0 for safetensors, which store tensors as named. */
+    const char *stored_type;
+    int layout;
+    int64_t layout_heads;
 } lh_st_tensor;
 
 /* Opens and validates `path`. *out owned by the caller (lh_st_close). */

@@ -1,4 +1,6 @@
-/* dtype conversion of whole tensors, and embedding lookup (a row gather + conversion). */
+/* dtype conversion of whole tensors, and embedding lookup (a row gather + conversion; a
+ * block-quantized table's row is decoded by lh_cpu_dequant_row, so it is bit for bit the row
+ * lh_k_dequantize gives). */
 #include "cpu_kernels.h"
 
 #define CONV_CHUNK 16384 /* elements per task */
@@ -77,26 +79,34 @@ lh_status lh_cpu_convert(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst)
 struct emb_job {
     const lh_cpu_ops *ops;
     lh_dtype dt;
+    bool blocked;
     const unsigned char *table;
     const int32_t *ids;
     float *out;
     int64_t D;
+    size_t row_bytes;
 };
 
 static void emb_task(int64_t i, int tid, void *user)
 {
     (void)tid;
     const struct emb_job *j = user;
-    const void *row = j->table + (size_t)j->ids[i] * (size_t)j->D * esize(j->dt);
-    convert_run(j->ops, j->dt, row, LH_DTYPE_F32, j->out + i * j->D, j->D);
+    const void *row = j->table + (size_t)j->ids[i] * j->row_bytes;
+    if (j->blocked)
+        lh_cpu_dequant_row(j->dt, row, j->out + i * j->D, j->D);
+    else
+        convert_run(j->ops, j->dt, row, LH_DTYPE_F32, j->out + i * j->D, j->D);
 }
 
 lh_status lh_cpu_embedding(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids, int64_t n,
                            lh_tensor *out)
 {
-    struct emb_job j = {ctx->ops, table->dtype, table->data, ids, out->data, table->shape[1]};
+    const int64_t D = table->shape[1];
+    struct emb_job j = {ctx->ops, table->dtype, lh_k_dtype_block(table->dtype, NULL, NULL),
+                        table->data, ids, out->data, D, 0};
     if (n == 0 || j.D == 0)
         return LH_OK;
+    j.row_bytes = (size_t)lh_k_dtype_bytes(table->dtype, D); /* D is whole blocks (dispatch) */
     lh_cpu_parallel(ctx, n, emb_task, &j);
     return LH_OK;
 }

@@ -174,6 +174,33 @@ lh_status lh_k_ctx_set_isa(lh_kctx *ctx, lh_k_isa isa)
     return LH_OK;
 }
 
+lh_status lh_k_ctx_set_quant_matmul(lh_kctx *ctx, lh_k_qmm mode)
+{
+    if (!ctx)
+        return lh_kerr(NULL, LH_E_USAGE, "lh_k_ctx_set_quant_matmul: ctx is NULL");
+    if (mode != LH_K_QMM_INT8 && mode != LH_K_QMM_EXACT)
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "lh_k_ctx_set_quant_matmul: %d is not an lh_k_qmm value (LH_K_QMM_INT8 or "
+                       "LH_K_QMM_EXACT)",
+                       (int)mode);
+    ctx->qmm = mode;
+    return LH_OK;
+}
+
+lh_k_qmm lh_k_ctx_quant_matmul(const lh_kctx *ctx)
+{
+    return ctx ? ctx->qmm : LH_K_QMM_INT8;
+}
+
+const char *lh_k_qmm_name(lh_k_qmm mode)
+{
+    switch (mode) {
+    case LH_K_QMM_INT8: return "int8";
+    case LH_K_QMM_EXACT: return "exact";
+    default: return NULL;
+    }
+}
+
 float *lh_cpu_scratch(lh_kctx *ctx, size_t floats)
 {
     /* round up to a whole number of cache lines per thread: no false sharing */

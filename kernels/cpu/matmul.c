@@ -12,11 +12,13 @@
  * summation depends only on K, LH_MM_KC and the ISA, never on the thread count, the loop order
  * or where the element fell in a tile.
  *
- * Block-quantized weights (ggml's Q4_0 .. Q6_K): each task first decodes its LH_MM_NB weight
- * rows, one row at a time (lh_cpu_dequant_row), into the thread's f32 scratch, then runs the
- * very same loops and f32 tiles on that panel as the f32 path runs on the weights themselves,
- * so y is bit-identical to lh_k_dequantize followed by an f32 lh_k_matmul. */
+ * Block-quantized weights (ggml's Q4_0 .. Q6_K) go to the integer-dot kernels (qmatmul.c) in
+ * the default LH_K_QMM_INT8 mode. In LH_K_QMM_EXACT mode each task first decodes its LH_MM_NB
+ * weight rows, one row at a time (lh_cpu_dequant_row), into the thread's f32 scratch, then runs
+ * the very same loops and f32 tiles on that panel as the f32 path runs on the weights
+ * themselves, so y is bit-identical to lh_k_dequantize followed by an f32 lh_k_matmul. */
 #include "cpu_kernels.h"
+#include "qmatmul.h"
 
 struct mm_job {
     const float *x;
@@ -130,6 +132,8 @@ lh_status lh_cpu_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w, co
     j.scratch = NULL;
     j.scratch_stride = 0;
     const bool blocked = lh_k_dtype_block(w->dtype, NULL, NULL); /* the dispatch admits no int4 */
+    if (blocked && ctx->qmm == LH_K_QMM_INT8)
+        return lh_cpu_qmatmul(ctx, x, w, bias, y);
     j.wsize = w->dtype == LH_DTYPE_F32 || blocked ? 4 : 2;
     j.tile = ops->tile[blocked ? LH_WDT_F32 : lh_cpu_wdt(w->dtype)];
     j.mr = ops->tile_mr;

@@ -15,7 +15,7 @@
  * says which layers use the sliding window. Gemma 2 soft-caps the attention logits and the
  * final logits; Gemma 3 normalizes q and k per head and gives sliding layers their own RoPE
  * base (rope_local_base_freq, or rope_parameters.sliding_attention in transformers 5). */
-#include "lh_plugin.h"
+#include "gemma_gguf.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -381,7 +381,9 @@ static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
     const lh_model_provider p2 = {.struct_size = sizeof p2, .name = gemma2.arch, .ops = &ops2};
     const lh_model_provider p3 = {.struct_size = sizeof p3, .name = gemma3.arch, .ops = &ops3};
     lh_status st = api->register_model(ctx, &p2);
-    return st != LH_OK ? st : api->register_model(ctx, &p3);
+    if (st == LH_OK)
+        st = api->register_model(ctx, &p3);
+    return st != LH_OK ? st : gemma_register_gguf(api, ctx);
 }
 
 LH_PLUGIN_DEFINE("model_gemma", "0.1.0", init)

@@ -48,7 +48,17 @@ static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
         if (st != LH_OK)
             return st;
     }
-    return LH_OK;
+    const lh_gguf_provider g = {
+        .struct_size = sizeof(lh_gguf_provider),
+        .gguf_arch = "llama",
+        .architecture = "LlamaForCausalLM",
+        .keys = llama_gguf_keys,
+        .n_keys = llama_gguf_n_keys,
+        .tensors = llama_gguf_tensors_permuted,
+        .n_tensors = llama_gguf_n_tensors_permuted,
+        .finish = llama_gguf_finish,
+    };
+    return api->register_gguf(ctx, &g);
 }
 
 LH_PLUGIN_DEFINE("model_llama", "0.2.0", init)

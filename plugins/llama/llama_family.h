@@ -39,6 +39,18 @@ lh_status llama_construct(const lh_host_api *api, lh_build *b, const lh_model_co
 lh_status llama_bind(const lh_host_api *api, lh_bind *bd, const lh_model_config *cfg,
                      const llama_variant *v, void **model, lh_forward_info *info);
 lh_status llama_forward(void *model, const lh_host_api *api, lh_fwd *f);
+
+/* GGUF (llama_gguf.c): the family's metadata keys, its tensor names with llama.cpp's RoPE
+ * row permutation of q/k ("llama" files) or without it (qwen2, qwen3), and the finish hook
+ * (model_type, hidden_act, tied head, attention bias). */
+extern const lh_gguf_key llama_gguf_keys[];
+extern const size_t llama_gguf_n_keys;
+extern const lh_gguf_tensor_name llama_gguf_tensors_permuted[];
+extern const size_t llama_gguf_n_tensors_permuted;
+extern const lh_gguf_tensor_name llama_gguf_tensors_neox[];
+extern const size_t llama_gguf_n_tensors_neox;
+lh_status llama_gguf_finish(const lh_host_api *api, const lh_gguf_source *src, lh_gguf_config *c,
+                            lh_error *err);
 void llama_destroy(void *model);
 
 #endif

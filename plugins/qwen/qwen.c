@@ -77,6 +77,24 @@ static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
         if (st != LH_OK)
             return st;
     }
+    /* llama.cpp stores both as the checkpoint has them (NEOX RoPE: no row permutation) */
+    static const char *const gguf[][2] = {{"qwen2", "Qwen2ForCausalLM"},
+                                          {"qwen3", "Qwen3ForCausalLM"}};
+    for (size_t i = 0; i < sizeof gguf / sizeof gguf[0]; i++) {
+        const lh_gguf_provider g = {
+            .struct_size = sizeof(lh_gguf_provider),
+            .gguf_arch = gguf[i][0],
+            .architecture = gguf[i][1],
+            .keys = llama_gguf_keys,
+            .n_keys = llama_gguf_n_keys,
+            .tensors = llama_gguf_tensors_neox,
+            .n_tensors = llama_gguf_n_tensors_neox,
+            .finish = llama_gguf_finish,
+        };
+        lh_status st = api->register_gguf(ctx, &g);
+        if (st != LH_OK)
+            return st;
+    }
     return LH_OK;
 }
 

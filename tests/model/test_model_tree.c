@@ -58,6 +58,21 @@ static lh_status t_register_model(lh_plugin_ctx *ctx, const lh_model_provider *p
     return LH_OK;
 }
 
+/* The GGUF architectures a plugin serves, and the providers they feed, as registered. */
+static char t_gguf[8][2][64];
+static size_t t_n_gguf;
+
+static lh_status t_register_gguf(lh_plugin_ctx *ctx, const lh_gguf_provider *p)
+{
+    (void)ctx;
+    if (!p || !p->gguf_arch || !p->architecture || t_n_gguf == 8)
+        return LH_E_USAGE;
+    snprintf(t_gguf[t_n_gguf][0], sizeof t_gguf[0][0], "%s", p->gguf_arch);
+    snprintf(t_gguf[t_n_gguf][1], sizeof t_gguf[0][1], "%s", p->architecture);
+    t_n_gguf++;
+    return LH_OK;
+}
+
 static lh_host_api make_api(void)
 {
     lh_host_api a;
@@ -68,6 +83,7 @@ static lh_host_api make_api(void)
     a.log = t_log;
     a.init_fail = t_init_fail;
     a.register_model = t_register_model;
+    a.register_gguf = t_register_gguf;
     a.config_geometry = lh_model_config_geometry;
     a.config_get_int = lh_model_config_get_int;
     a.config_get_double = lh_model_config_get_double;
@@ -1442,8 +1458,13 @@ static void test_plugin_llama(void)
     lh_host_api api = make_api();
     test_ctx t;
     memset(&t, 0, sizeof t);
+    t_n_gguf = 0;
     CU_ASSERT_EQUAL_FATAL(d->init(&api, (lh_plugin_ctx *)(void *)&t), LH_OK);
     CU_ASSERT_EQUAL(t.n, 2);
+    /* llama.cpp's "llama" files feed the Llama provider */
+    CU_ASSERT_EQUAL(t_n_gguf, 1);
+    CU_ASSERT_STRING_EQUAL(t_gguf[0][0], "llama");
+    CU_ASSERT_STRING_EQUAL(t_gguf[0][1], "LlamaForCausalLM");
     const lh_model_provider *llama = find_provider(&t, "LlamaForCausalLM");
     const lh_model_provider *mistral = find_provider(&t, "MistralForCausalLM");
     CU_ASSERT_PTR_NOT_NULL_FATAL(llama);

@@ -797,6 +797,13 @@ static const char *t_plugin_path(lh_plugin_ctx *ctx)
     return "";
 }
 
+/* GGUF providers are not this test's subject: accepted, not kept. */
+static lh_status t_register_gguf(lh_plugin_ctx *ctx, const lh_gguf_provider *p)
+{
+    (void)ctx;
+    return p && p->gguf_arch ? LH_OK : LH_E_USAGE;
+}
+
 /* The provider of `arch` from the built-in plugin the index names. */
 static bool find_provider(const char *arch, reg_ctx *t, const lh_model_provider **out)
 {
@@ -821,6 +828,7 @@ static bool find_provider(const char *arch, reg_ctx *t, const lh_model_provider 
             lh_host_api api = *lh_host_api_table();
             api.register_model = t_register_model;
             api.register_vision_encoder = t_register_other;
+            api.register_gguf = t_register_gguf;
             api.init_fail = t_init_fail;
             api.plugin_path = t_plugin_path;
             memset(t, 0, sizeof *t);

@@ -141,7 +141,7 @@ static int64_t write_model(lh_host *h, const char *dir, lh_dtype dtype)
     lh_model_config *cfg = NULL;
     lh_resolution res;
     lh_model *m = NULL;
-    if (lh_prepare_request(&req, &rc, &cfg, &err) != LH_OK ||
+    if (lh_prepare_request(h, &req, &rc, &cfg, &err) != LH_OK ||
         lh_resolve(&h->reg, cfg, &rc, &res, &err) != LH_OK ||
         lh_model_build(lh_host_api_table(), &res.entry->p.model, cfg, &rc, &m, &err) != LH_OK)
         die("building the model tree", &err);

@@ -1,0 +1,65 @@
+/* The Llama family in GGUF files (lh_gguf.h): llama.cpp's names for its tensors and metadata.
+ * Compiled into libmodel_llama and libmodel_qwen, as llama_family.c is.
+ *
+ * llama.cpp runs "llama" files with interleaved RoPE, so its converter permutes the rows of
+ * q_proj and k_proj (and their biases) per head; Qwen2 and Qwen3 files keep the rotate-half
+ * order the checkpoint has (llama.cpp's NEOX RoPE) and are stored as they are. */
+#include "llama_family.h"
+
+
+const lh_gguf_key llama_gguf_keys[] = {LH_GGUF_COMMON_KEYS};
+const size_t llama_gguf_n_keys = sizeof llama_gguf_keys / sizeof llama_gguf_keys[0];
+
+#define LAYER(g, n, layout) {"blk.{L}." g, "model.layers.{L}." n, layout}
+#define COMMON_TENSORS                                                                      \
+    {"token_embd.weight", "model.embed_tokens.weight", LH_GGUF_AS_STORED},                   \
+    {"output_norm.weight", "model.norm.weight", LH_GGUF_AS_STORED},                          \
+    {"output.weight", "lm_head.weight", LH_GGUF_AS_STORED},                                  \
+    LAYER("attn_norm.weight", "input_layernorm.weight", LH_GGUF_AS_STORED),                  \
+    LAYER("attn_v.weight", "self_attn.v_proj.weight", LH_GGUF_AS_STORED),                    \
+    LAYER("attn_v.bias", "self_attn.v_proj.bias", LH_GGUF_AS_STORED),                        \
+    LAYER("attn_output.weight", "self_attn.o_proj.weight", LH_GGUF_AS_STORED),               \
+    LAYER("attn_output.bias", "self_attn.o_proj.bias", LH_GGUF_AS_STORED),                   \
+    LAYER("ffn_norm.weight", "post_attention_layernorm.weight", LH_GGUF_AS_STORED),          \
+    LAYER("ffn_gate.weight", "mlp.gate_proj.weight", LH_GGUF_AS_STORED),                     \
+    LAYER("ffn_up.weight", "mlp.up_proj.weight", LH_GGUF_AS_STORED),                         \
+    LAYER("ffn_down.weight", "mlp.down_proj.weight", LH_GGUF_AS_STORED)
+
+const lh_gguf_tensor_name llama_gguf_tensors_permuted[] = {
+    COMMON_TENSORS,
+    LAYER("attn_q.weight", "self_attn.q_proj.weight", LH_GGUF_ROPE_ROWS_Q),
+    LAYER("attn_q.bias", "self_attn.q_proj.bias", LH_GGUF_ROPE_ROWS_Q),
+    LAYER("attn_k.weight", "self_attn.k_proj.weight", LH_GGUF_ROPE_ROWS_K),
+    LAYER("attn_k.bias", "self_attn.k_proj.bias", LH_GGUF_ROPE_ROWS_K),
+};
+const size_t llama_gguf_n_tensors_permuted =
+    sizeof llama_gguf_tensors_permuted / sizeof llama_gguf_tensors_permuted[0];
+
+const lh_gguf_tensor_name llama_gguf_tensors_neox[] = {
+    COMMON_TENSORS,
+    LAYER("attn_q.weight", "self_attn.q_proj.weight", LH_GGUF_AS_STORED),
+    LAYER("attn_q.bias", "self_attn.q_proj.bias", LH_GGUF_AS_STORED),
+    LAYER("attn_k.weight", "self_attn.k_proj.weight", LH_GGUF_AS_STORED),
+    LAYER("attn_k.bias", "self_attn.k_proj.bias", LH_GGUF_AS_STORED),
+    LAYER("attn_q_norm.weight", "self_attn.q_norm.weight", LH_GGUF_AS_STORED),
+    LAYER("attn_k_norm.weight", "self_attn.k_norm.weight", LH_GGUF_AS_STORED),
+};
+const size_t llama_gguf_n_tensors_neox =
+    sizeof llama_gguf_tensors_neox / sizeof llama_gguf_tensors_neox[0];
+
+lh_status llama_gguf_finish(const lh_host_api *api, const lh_gguf_source *src, lh_gguf_config *c,
+                            lh_error *err)
+{
+    /* transformers' model_type is llama.cpp's architecture name for every member */
+    lh_status st = api->config_set_string(c, "model_type", api->gguf_arch(src));
+    if (st == LH_OK)
+        st = api->config_set_string(c, "hidden_act", "silu");
+    /* llama.cpp's converter leaves output.weight out when the head is tied */
+    if (st == LH_OK)
+        st = api->config_set_bool(c, "tie_word_embeddings",
+                                  !api->gguf_has_tensor(src, "output.weight"));
+    if (st == LH_OK)
+        st = api->config_set_bool(c, "attention_bias",
+                                  api->gguf_has_tensor(src, "blk.0.attn_output.bias"));
+    return st == LH_OK ? LH_OK : lh_error_set(err, st, "cannot write the config");
+}
