@@ -96,7 +96,8 @@ LH_EXPORT const char *lh_k_isa_name(lh_k_isa isa);
  *                  specified in kernels/cpu/qmatmul.h.
  *   LH_K_QMM_EXACT each weight row decoded to f32 and run through the f32 kernels: y is
  *                  bit-identical to lh_k_dequantize(w) followed by the f32 matmul (slower).
- * Per context; other weight dtypes and other kernels are not affected. set: LH_E_USAGE for a
+ * Per context; it also chooses lh_k_matmul_scaled's path for int8 weights with one scale per
+ * row (see there); other weight dtypes and other kernels are not affected. set: LH_E_USAGE for a
  * value outside the enum (ctx == NULL: the message in lh_k_last_error(NULL)). The getter of a
  * NULL ctx is LH_K_QMM_INT8. name: "int8", "exact", NULL for a value outside the enum. */
 typedef enum lh_k_qmm { LH_K_QMM_INT8 = 0, LH_K_QMM_EXACT = 1 } lh_k_qmm;
@@ -612,6 +613,80 @@ LH_EXPORT void lh_k_graph_abort(lh_kctx *ctx, lh_k_graph *g);
 /* Captures and replays so far (either pointer may be NULL). */
 LH_EXPORT void lh_k_graph_counts(const lh_k_graph *g, int64_t *captures, int64_t *replays);
 LH_EXPORT void lh_k_graph_free(lh_k_graph *g);
+
+/* ---- weight-only quantized linears with separate scale tensors -----------------------------
+ *
+ * A quantized weight w [N, K] with a scale tensor (the runtime's load-time quant config: int8
+ * per output channel, int4 group-wise, fp8 per channel; and FP8 checkpoints such as
+ * DeepSeek-V3's, e4m3 weights with a 128 x 128-block f32 `weight_scale_inv`). The scales cover
+ * blocks of block_rows x block_cols elements (block_rows, block_cols >= 1; per channel:
+ * 1 x K; groups of g: 1 x g; DeepSeek: 128 x 128), edge blocks partial:
+ *   w      [N, K]: LH_DTYPE_INT8 (signed bytes), LH_DTYPE_INT4 (signed two's-complement
+ *          nibbles, values -8..7; element k of a row in byte k / 2, the low nibble for even k;
+ *          K must be even, so each row is K / 2 whole bytes, rows contiguous) or
+ *          LH_DTYPE_FP8_E4M3 (OCP e4m3fn, decoded as lh_k_fp8_e4m3_to_f32);
+ *   scale  [ceil(N / block_rows), ceil(K / block_cols)], f32 or f16, contiguous;
+ *   dequant(w)[n][k] = value(w[n][k]) * (float)scale[n / block_rows][k / block_cols]
+ * computed in f32: value and the widened scale are exact f32s, so the product is one f32
+ * multiplication, rounded to nearest even (an fp8 NaN code, or an inf / NaN scale, gives what
+ * that multiplication gives). The tensors are views owned by the caller; nothing is kept after
+ * a call. Every check failure is LH_E_USAGE with a message naming the argument (dims, shapes,
+ * block sizes, the scale shape expected, int4 with an odd K, overlapping tensors), except a
+ * dtype outside a set, which is LH_E_UNSUPPORTED as for every kernel. CPU only for now: on a
+ * CUDA context all three are LH_E_UNSUPPORTED ("... on cuda:0 are not implemented yet"). */
+
+/* y [M, N] f32 = x [M, K] f32 @ dequant(w)^T (+ bias [N] f32, bf16 or f16; NULL: none); y
+ * must not overlap an input. Two ways, by the context's lh_k_ctx_set_quant_matmul mode:
+ *   - int8 w with one scale column (block_cols >= K: per output channel, or per tensor) in
+ *     LH_K_QMM_INT8 mode (the default): integer dot products. Each row m of x is quantized
+ *     once per call to int8 with one scale d[m] (as the ggml path's blocks, qmatmul.h step 1,
+ *     but the block is the whole row: d = amax / 127, q = x * (127 / amax) rounded to nearest
+ *     even; a row holding inf or NaN: d = NaN), isum = sum_k w[n][k] * q[m][k] exactly (int64),
+ *     y = (float)isum * (s[n] * d[m]) (+ bias[n]); kernels/cpu/scaled.h has every step. The
+ *     same bits on every ISA and thread count, not those of the f32 path: |y - y_exact| <=
+ *     |s[n]| d[m] / 2 (1 + 2^-14) sum_k |w[n][k]| plus f32 roundings (reached only when every
+ *     rounding of x leans with w; on the tests' uniform random x the error stays below about
+ *     5e-4 of sum_k |w s x|).
+ *   - everything else (LH_K_QMM_EXACT mode; int8 groups or blocks; int4; fp8): bit-identical to
+ *     lh_k_dequantize_scaled into an f32 [N, K] weight followed by lh_k_matmul with it, on
+ *     every ISA and thread count: the weight is decoded (scaled, as above) panel by panel into
+ *     per-thread f32 buffers and run through the f32 kernels.
+ * Neither widens the weight in memory (a few KiB per thread). */
+LH_EXPORT lh_status lh_k_matmul_scaled(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
+                                       const lh_tensor *scale, int64_t block_rows,
+                                       int64_t block_cols, const lh_tensor *bias, lh_tensor *y);
+/* dst [N, K] f32 = dequant(w), the same bits on every ISA and thread count; dst must not
+ * overlap w or scale. */
+LH_EXPORT lh_status lh_k_dequantize_scaled(lh_kctx *ctx, const lh_tensor *w, const lh_tensor *scale,
+                                           int64_t block_rows, int64_t block_cols, lh_tensor *dst);
+/* Quantizes src [N, K] (f32, bf16 or f16) into w (same shape; its dtype, INT8, INT4 or
+ * FP8_E4M3, says which) and scale (f32 or f16, by its dtype; the shape above): symmetric
+ * absmax per block, qmax = 127 (int8), 7 (int4), 448 (fp8). Per block, in f32 (v the source
+ * value widened exactly to f32):
+ *   absmax = max |v| over the block;
+ *   s = absmax / qmax (one f32 division, rounded to nearest even);
+ *   stored scale = s (f32) or s rounded to nearest even to f16 (lh_k_f32_to_f16); ss = the
+ *   stored scale read back as f32;
+ *   ss == 0 (absmax 0, or s below the smallest f16 / f32 subnormal): every value of the block
+ *   is stored as 0;
+ *   otherwise each value is t = v / ss (one f32 division, RNE), then
+ *     int8, int4: q = t rounded to the nearest integer, ties to even, clamped to
+ *                 [-qmax, qmax] (so int4 never stores -8; the clamp only bites where the
+ *                 stored scale rounded below s);
+ *     fp8:        q = lh_k_f32_to_fp8_e4m3(t) (RNE, saturating at +-448).
+ * numpy reproduces it bit for bit: s = np.float32(absmax) / np.float32(qmax); ss =
+ * np.float32(np.float16(s)) for an f16 scale; q = np.clip(np.rint(v / ss), -qmax, qmax) (all
+ * f32; the fp8 codes as lh_k_f32_to_fp8_e4m3, which saturates where torch's cast gives NaN).
+ * Round trip, per element of a block with a normal stored scale: |dequant(q) - v| <= ss / 2
+ * (ints; an f16 scale rounded below s makes |t| exceed qmax by at most qmax * 2^-11, well
+ * inside that) or <= max(2^-4 |v|, 2^-10 ss) (fp8: half an e4m3 step of t, times ss), plus
+ * 2^-22 absmax for the f32 roundings. Errors (LH_E_USAGE; w and scale then hold no promised
+ * contents): a non-finite source value, naming the first in row-major order ("src f32 row 3
+ * col 17 is nan"); an f16 scale that would overflow f16 (s rounds above 65504), naming the
+ * block and suggesting an f32 scale. w, scale and src must not overlap one another. Threaded
+ * over row blocks; the result depends neither on the thread count nor on the ISA. */
+LH_EXPORT lh_status lh_k_quantize_scaled(lh_kctx *ctx, const lh_tensor *src, int64_t block_rows,
+                                         int64_t block_cols, lh_tensor *w, lh_tensor *scale);
 
 #ifdef __cplusplus
 }

@@ -192,12 +192,15 @@ struct lh_host_api {
      * required as weight. */
     const lh_attn_ref *(*attention)(lh_bind *bd, const char *fmt, ...) LH_PRINTF(2, 3);
     /* The weight as a tensor on the engine's device, for kernels of lh_kernels.h that the
-     * blocks below do not wrap (norm weights, biases, embeddings; a quantized linear weight
-     * has no plain tensor: NULL). */
+     * blocks below do not wrap (norm weights, biases, embeddings; ggml's block types are
+     * tensors of their own; a weight-only quantized linear weight with a separate scale -- the
+     * quant config's int8 / int4 / fp8, an FP8 checkpoint's -- has no plain tensor: NULL). */
     const lh_tensor *(*weight_tensor)(const lh_weight *w);
     /* Rows [start, start + count) of a weight [out, in] or bias [out] as a weight of its own:
      * the column view of a fused projection's output (qkv_proj, gate_up_proj, c_attn), no
-     * copy. Errors (sticky, LH_E_USAGE): NULL w, a range outside the rows, a quantized w. */
+     * copy; a weight-only quantized w takes its rows' scales along. Errors (sticky,
+     * LH_E_USAGE): NULL w, a range outside the rows, a block-quantized or int4 w, a range
+     * that cuts a scale block of several rows (FP8 checkpoints' 128-row blocks). */
     const lh_weight *(*weight_rows)(lh_bind *bd, const lh_weight *w, int64_t start,
                                     int64_t count);
     lh_status (*bind_fail)(lh_bind *bd, lh_status code, const char *fmt, ...) LH_PRINTF(3, 4);

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import struct
 import sys
 from pathlib import Path
 
 import numpy as np
+
+import safetensors_io
 
 try:
     import gguf
@@ -107,25 +108,10 @@ class FixtureError(Exception):
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """F32 and BF16 tensors as float32 arrays (BF16 widened exactly)."""
-    raw = path.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    data = raw[8 + n:]
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = info["data_offsets"]
-        buf = data[b:e]
-        if info["dtype"] == "F32":
-            a = np.frombuffer(buf, dtype="<f4").astype(np.float32)
-        elif info["dtype"] == "BF16":
-            a = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            raise FixtureError(f"{path}: tensor {name} is {info['dtype']}")
-        out[name] = a.reshape(info["shape"])
-    return out
+    try:
+        return safetensors_io.read(path)
+    except ValueError as e:
+        raise FixtureError(str(e)) from e
 
 
 def gguf_name(name: str, gemma: bool) -> str:

@@ -98,6 +98,11 @@ static lh_status build_explain(lh_engine *e, json_t *attn_trace, lh_err *err)
                             "max_batch_size", (json_int_t)lh_runner_max_seqs(e->run));
     if (eng && e->device.kind == LH_DEVICE_CPU)
         json_object_set_new(eng, "isa", json_string(lh_k_isa_name(lh_k_ctx_isa(e->kctx))));
+    /* what binding took (mapped + owned): equal to the plan's weight_bytes, quantized or not */
+    lh_bind_stats bs;
+    if (eng && lh_model_bind_stats(e->model, &bs))
+        json_object_set_new(eng, "weight_bytes_bound",
+                            json_integer((json_int_t)(bs.mapped_bytes + bs.owned_bytes)));
     if (!eng || json_object_set_new(j, "engine", eng) != 0) {
         json_decref(j);
         return lh_err_set(err, LH_E_NOMEM, "out of memory for the explain JSON");

@@ -50,9 +50,11 @@ lh_status lh_model_plan(const lh_model *m, lh_memory_plan *out, lh_err *err)
         for (const lh_param *p = x->params; p; p = p->next) {
             if (p->tied_to)
                 continue; /* counted once, on the source */
-            if (!lh_tree_add(out->parameters, p->numel, &out->parameters) ||
+            /* a quantized weight's scales are bytes, not parameters of the model */
+            const int64_t n = p->is_scale ? 0 : p->numel;
+            if (!lh_tree_add(out->parameters, n, &out->parameters) ||
                 !lh_tree_add(out->weight_bytes, p->bytes, &out->weight_bytes) ||
-                !lh_tree_add(g->parameters, p->numel, &g->parameters) ||
+                !lh_tree_add(g->parameters, n, &g->parameters) ||
                 !lh_tree_add(g->bytes, p->bytes, &g->bytes))
                 return lh_err_set(err, LH_E_CONFIG, "%s: total parameter bytes overflow int64",
                                   m->provider);

@@ -48,7 +48,7 @@ typedef struct lh_plan_group {
 } lh_plan_group;
 
 typedef struct lh_memory_plan {
-    int64_t parameters;          /* tied weights counted once */
+    int64_t parameters;          /* tied weights once; quantization scales not counted */
     int64_t weight_bytes;        /* after the quant config */
     lh_dtype weight_dtype;
     int64_t kv_bytes_per_token;  /* sum over attention layers; MLA uses the latent width */
@@ -94,6 +94,7 @@ typedef struct lh_bind_stats {
     size_t zero_copy;      /* ... pointing into the checkpoint mapping */
     size_t converted;      /* ... converted to the param's dtype into an owned buffer */
     size_t copied;         /* ... same dtype, copied because the data was misaligned */
+    size_t quantized;      /* ... quantized at load (the quant config) into an owned buffer */
     size_t tied;           /* params sharing their tie source's data */
     size_t ignored;        /* checkpoint tensors deliberately unused (see bind rules) */
     int64_t mapped_bytes;  /* bytes used in place */
@@ -118,9 +119,11 @@ typedef struct lh_bind_stats {
  *    unexpected tensors, mis-shaped tensors (expected vs found) and tensors of a dtype other
  *    than F32/F16/BF16, each list cut after 20 entries (fewer when the message would not fit)
  *    with its full count; LLMHOST_LOG=debug logs every entry.
- *  - A param stored in a quantized scheme (fp8/int8/int4 from the quant config) is
- *    LH_E_UNSUPPORTED: quantizing at load is not implemented yet. ggml's block types (from
- *    a GGUF file, lh_model_adopt_stored_dtypes) bind as stored.
+ *  - A weight the quant config quantizes (fp8 / int8 / int4) is read from its float32 /
+ *    bfloat16 / float16 tensor and quantized into owned buffers, the weight and its derived
+ *    "weight_scale" (quant_apply.c; lh_k_quantize_scaled), layer by layer with the progress
+ *    bar; the bytes are those the memory plan counted. ggml's block types (from a GGUF file,
+ *    lh_model_adopt_stored_dtypes) bind as stored.
  *  - A GGUF tensor in another layout (lh_gguf_layout: RoPE-permuted rows, stored + 1) is
  *    copied into the tree's layout.
  * Ownership: the call always consumes `ck`. On success the model owns it (the mapping must
@@ -171,6 +174,10 @@ typedef struct lh_param_info {
     lh_dtype dtype;     /* storage dtype */
     bool tied;          /* shares another parameter's data (not stored itself) */
     bool transposed;    /* stored [in, out] (add_linear_transposed) */
+    /* weight-only quantized (tree_internal.h lh_param.scale): the name of its scale param in
+     * the same module and the scale's block; NULL / 0 otherwise */
+    const char *scale_param;
+    int64_t scale_block_rows, scale_block_cols;
 } lh_param_info;
 typedef void (*lh_param_visit_fn)(const lh_param_info *p, void *user);
 void lh_model_foreach_param(const lh_model *m, lh_param_visit_fn fn, void *user);

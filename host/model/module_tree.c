@@ -580,6 +580,8 @@ lh_status lh_model_build(const lh_host_api *api, const lh_model_provider *prov,
     lh_model_run_geometry(m, &cfg->geo, &geo);
     m->max_seq_len = lh_run_max_seq_len(rc, &geo); /* what the engine's cache will hold */
     st = lh_model_apply_quant(m, rc ? &rc->quant : NULL, err);
+    if (st == LH_OK) /* after: a quant config of the run on a quantized checkpoint is refused */
+        st = lh_model_apply_checkpoint_quant(m, cfg, rc, err);
     if (st != LH_OK) {
         lh_model_free(m);
         return st;
@@ -614,7 +616,10 @@ void lh_model_foreach_param(const lh_model *m, lh_param_visit_fn fn, void *user)
     for (lh_param *p = lh_tree_next_param(m->b, NULL); p; p = lh_tree_next_param(m->b, p)) {
         lh_param_info info = {.module = p->owner->name, .name = p->name, .ndim = p->ndim,
                               .dtype = p->dtype, .tied = p->tied_to != NULL,
-                              .transposed = p->transposed};
+                              .transposed = p->transposed,
+                              .scale_param = p->scale ? p->scale->name : NULL,
+                              .scale_block_rows = p->scale_block_rows,
+                              .scale_block_cols = p->scale_block_cols};
         memcpy(info.shape, p->shape, sizeof info.shape);
         fn(&info, user);
     }

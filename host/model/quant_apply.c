@@ -3,10 +3,11 @@
  *
  * For each LINEAR module in tree order: an exclude_modules glob that matches its full name
  * keeps the model dtype; else the first matching rule decides; else the default scheme.
- * Storage of a quantized weight [out, in]:
- *   fp8, int8: out*in bytes + one f32 scale per output row (4*out)
- *   int4:      ceil(out*in/2) bytes + one f16 scale per group of group_size inputs per row
- *              (2*out*in/group_size); in must be a multiple of group_size
+ * A quantized weight [out, in] is weight-only, symmetric (lh_k_quantize_scaled), with its
+ * scale in a sibling param "weight_scale" that binding computes (derived):
+ *   fp8, int8: out*in bytes (e4m3 / int8) + one f32 scale per output row, weight_scale [out, 1]
+ *   int4:      out*in/2 bytes (in even) + one f16 scale per group of group_size inputs per row,
+ *              weight_scale [out, in/group_size]; in must be a multiple of group_size
  * Biases and every non-linear parameter stay in the model dtype. A weight shared by a tie
  * stays in the model dtype too (its other users are not linear layers). */
 #include "tree_internal.h"
@@ -21,38 +22,29 @@
 
 #define DEFAULT_GROUP_SIZE 128
 
-static lh_dtype scheme_dtype(lh_quant_scheme s, lh_dtype model_dtype)
+/* Adds the derived scale param of a weight quantized under `scheme` (int8 / fp8: f32 [out, 1];
+ * int4: f16 [out, in / gs]) and sets the weight's storage. */
+static lh_status add_scale(lh_build *b, lh_module *x, lh_param *p, lh_quant_scheme scheme,
+                           int64_t gs, lh_err *err)
 {
-    switch (s) {
-    case LH_QUANT_FP8: return LH_DTYPE_FP8_E4M3;
-    case LH_QUANT_INT8: return LH_DTYPE_INT8;
-    case LH_QUANT_INT4: return LH_DTYPE_INT4;
-    default: return model_dtype;
-    }
-}
-
-/* Storage bytes of a [out, in] weight under `scheme`; -1 on overflow. */
-static int64_t quant_bytes(lh_quant_scheme scheme, int64_t out, int64_t in, int64_t numel,
-                           int64_t group_size)
-{
-    int64_t data, scales;
-    switch (scheme) {
-    case LH_QUANT_FP8:
-    case LH_QUANT_INT8:
-        data = numel;
-        if (!lh_tree_mul(out, 4, &scales))
-            return -1;
-        break;
-    case LH_QUANT_INT4:
-        data = numel / 2 + numel % 2;
-        if (!lh_tree_mul(out, in / group_size, &scales) || !lh_tree_mul(scales, 2, &scales))
-            return -1;
-        break;
-    default:
-        return -1;
-    }
-    int64_t total;
-    return lh_tree_add(data, scales, &total) ? total : -1;
+    const int64_t out = p->shape[0], in = p->shape[1];
+    const bool int4 = scheme == LH_QUANT_INT4;
+    const int64_t shape[2] = {out, int4 ? in / gs : 1};
+    lh_param *sc = lh_tree_add_param(b, x, "weight_scale", 2, shape, LH_PARAM_PLAIN);
+    if (!sc)
+        return lh_err_set(err, b->status ? b->status : LH_E_NOMEM, "quant: %s: %s", x->name,
+                          b->msg[0] ? b->msg : "cannot add its scale");
+    sc->dtype = int4 ? LH_DTYPE_F16 : LH_DTYPE_F32;
+    sc->bytes = lh_param_plain_bytes(sc->dtype, sc->numel);
+    sc->is_scale = sc->derived = true;
+    p->dtype = scheme == LH_QUANT_FP8 ? LH_DTYPE_FP8_E4M3
+               : int4                 ? LH_DTYPE_INT4
+                                      : LH_DTYPE_INT8;
+    p->bytes = lh_k_dtype_bytes(p->dtype, p->numel);
+    p->scale = sc;
+    p->scale_block_rows = 1;
+    p->scale_block_cols = int4 ? gs : in;
+    return LH_OK;
 }
 
 static bool matches(const char *pattern, const char *name)
@@ -142,31 +134,23 @@ lh_status lh_model_apply_quant(lh_model *m, const lh_quant_config *qc, lh_err *e
                                 origin, ruled ? "'" : "");
                 break;
             }
-            int64_t out = p->shape[0], in = p->shape[1];
-            int64_t bytes;
+            const int64_t in = p->shape[1];
             if (ps == LH_QUANT_NONE) {
-                bytes = lh_param_plain_bytes(b->dtype, p->numel);
-            } else {
-                if (ps == LH_QUANT_INT4 && in % gs != 0) {
-                    st = lh_err_set(err, LH_E_CONFIG,
-                                    "quant: %s: int4 group_size %" PRId64
-                                    " does not divide the input width %" PRId64
-                                    " (from %s%s%s)",
-                                    x->name, gs, in, ruled ? "rule '" : "", origin,
-                                    ruled ? "'" : "");
-                    break;
-                }
-                bytes = quant_bytes(ps, out, in, p->numel, gs);
+                p->dtype = b->dtype;
+                p->bytes = lh_param_plain_bytes(b->dtype, p->numel);
+                continue;
             }
-            if (bytes < 0) {
-                st = lh_err_set(err, LH_E_CONFIG, "quant: %s.%s: byte size overflows int64",
-                                x->name, p->name);
+            if (ps == LH_QUANT_INT4 && (in % gs != 0 || in % 2 != 0)) {
+                st = lh_err_set(err, LH_E_CONFIG,
+                                "quant: %s: int4 group_size %" PRId64
+                                " %s the input width %" PRId64 " (from %s%s%s)",
+                                x->name, gs, in % gs ? "does not divide" : "divides an odd",
+                                in, ruled ? "rule '" : "", origin, ruled ? "'" : "");
                 break;
             }
-            p->dtype = scheme_dtype(ps, b->dtype);
-            p->bytes = bytes;
-            if (ps != LH_QUANT_NONE)
-                quantized = true;
+            if ((st = add_scale(b, x, p, ps, gs, err)) != LH_OK)
+                break;
+            quantized = true;
         }
         x->quant = quantized ? scheme : LH_QUANT_NONE;
         x->group_size = quantized && scheme == LH_QUANT_INT4 ? gs : 0;

@@ -31,6 +31,16 @@ typedef struct lh_param {
     bool data_owned;
     /* stored [in, out] (add_linear_transposed): the runner binds the transpose */
     bool transposed;
+    /* A weight-only quantized weight (INT8 / INT4 / FP8_E4M3): its scale param (a sibling in
+     * the same module, f32 or f16 [ceil(out / scale_block_rows), ceil(in / scale_block_cols)]),
+     * dequant(w)[n][k] = w[n][k] * scale[n / rows][k / cols] (lh_k_matmul_scaled). NULL for
+     * every other param. */
+    struct lh_param *scale;
+    int64_t scale_block_rows, scale_block_cols;
+    /* The scale param of a quantized weight (counted in bytes, not in parameters); derived:
+     * computed when the weights are bound (the quant config quantizes at load), not read from
+     * the checkpoint. */
+    bool is_scale, derived;
 } lh_param;
 
 struct lh_module {
@@ -141,6 +151,17 @@ bool lh_tree_add(int64_t a, int64_t b, int64_t *out);
 /* Applies the quant config to every LINEAR module and computes storage bytes of every param.
  * Errors: LH_E_CONFIG (int4 group size not dividing a layer's input width, overflow). */
 lh_status lh_model_apply_quant(lh_model *m, const lh_quant_config *qc, lh_err *err);
+
+/* ---- checkpoint_quant.c ---- */
+/* A checkpoint stored quantized (config.json quantization_config: fp8 with block scales,
+ * fbgemm_fp8 per channel): its linears' weights become FP8_E4M3 with the scale param the
+ * checkpoint holds. No quantization_config: nothing. Errors: LH_E_UNSUPPORTED (another
+ * quant_method, fmt or activation_scheme, naming it; a run-config quant on top), LH_E_CONFIG
+ * (malformed quantization_config). */
+struct lh_model_config;
+struct lh_run_config;
+lh_status lh_model_apply_checkpoint_quant(lh_model *m, const struct lh_model_config *cfg,
+                                          const struct lh_run_config *rc, lh_err *err);
 /* Storage bytes of a param kept in the model dtype. -1 on overflow. */
 int64_t lh_param_plain_bytes(lh_dtype dtype, int64_t numel);
 

@@ -95,6 +95,35 @@ static void collect_param(const lh_param_info *p, void *user)
                            w->name, lh_status_name(st));
     else if (p->transposed)
         c->st = transpose_weight(c->r, w, c->err);
+    if (c->st == LH_OK && p->scale_param) {
+        const size_t sn = strlen(p->module) + strlen(p->scale_param) + 2;
+        if (!(w->scale_name = malloc(sn))) {
+            c->st = lh_err_set(c->err, LH_E_NOMEM, "out of memory");
+            return;
+        }
+        snprintf(w->scale_name, sn, "%s%s%s", p->module, p->module[0] ? "." : "",
+                 p->scale_param);
+        w->block_rows = p->scale_block_rows;
+        w->block_cols = p->scale_block_cols;
+    }
+}
+
+/* Each quantized weight gets its scale tensor, as placed (after any upload). */
+static lh_status link_scales(lh_runner *r, lh_err *err)
+{
+    for (int64_t i = 0; i < r->n_weights; i++) {
+        lh_weight *w = &r->weights[i];
+        if (!w->scale_name)
+            continue;
+        int64_t j = 0;
+        while (j < r->n_weights && strcmp(r->weights[j].name, w->scale_name) != 0)
+            j++;
+        if (j == r->n_weights)
+            return lh_err_set(err, LH_E_INTERNAL, "%s: its scale %s is not among the weights",
+                              w->name, w->scale_name);
+        w->scale = r->weights[j].t;
+    }
+    return LH_OK;
 }
 
 static void count_param(const lh_param_info *p, void *user)
@@ -129,11 +158,15 @@ static lh_status upload_weights(lh_runner *r, lh_err *err)
     /* the CUDA kernels have no block-quantized matmul or embedding yet: refuse before a byte
      * moves rather than at the first step */
     for (int64_t i = 0; i < n && r->dev.kind == LH_DEVICE_CUDA; i++)
-        if (lh_k_dtype_block(w[i].t.dtype, NULL, NULL)) {
+        if (lh_k_dtype_block(w[i].t.dtype, NULL, NULL) || w[i].scale_name) {
             free(src);
-            return lh_err_set(err, LH_E_UNSUPPORTED, "%s is %s: block-quantized weights (a "
-                              "GGUF file's) run on the CPU only in this build, not on %s; use "
-                              "device: cpu", w[i].name, lh_k_dtype_name(w[i].t.dtype), dev);
+            return lh_err_set(err, LH_E_UNSUPPORTED, "%s is %s: %s run on the CPU only in "
+                              "this build, not on %s; use device: cpu", w[i].name,
+                              lh_k_dtype_name(w[i].t.dtype),
+                              w[i].scale_name ? "weight-only quantized weights (the quant "
+                                                "config, FP8 checkpoints)"
+                                              : "block-quantized weights (a GGUF file's)",
+                              dev);
         }
     /* the bytes to move, each storage once (the bar's total) */
     int64_t total = 0;
@@ -206,9 +239,10 @@ static lh_status init_weights(lh_runner *r, const lh_model *m, lh_err *err)
     lh_model_foreach_param(m, collect_param, &c);
     if (c.st != LH_OK)
         return c.st;
+    lh_status st = LH_OK;
     if (r->dev.kind != LH_DEVICE_CPU || copy_weights_forced())
-        return upload_weights(r, err); /* the CPU reads the bound tensors */
-    return LH_OK;
+        st = upload_weights(r, err); /* the CPU reads the bound tensors */
+    return st == LH_OK ? link_scales(r, err) : st;
 }
 
 /* ---- attention layers ----------------------------------------------------------------------- */
@@ -419,8 +453,10 @@ void lh_runner_free(lh_runner *r)
     for (int64_t i = 0; i < r->n_tbufs; i++)
         free(r->tbufs[i]);
     free(r->tbufs);
-    for (int64_t i = 0; i < r->n_weights; i++)
+    for (int64_t i = 0; i < r->n_weights; i++) {
         free(r->weights[i].name);
+        free(r->weights[i].scale_name);
+    }
     free(r->weights);
     for (int64_t i = 0; i < r->n_views; i++) {
         free(r->views[i]->name);

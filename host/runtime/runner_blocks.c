@@ -128,7 +128,8 @@ const lh_attn_ref *lh_runner_attention(lh_bind *bd, const char *fmt, ...)
 
 const lh_tensor *lh_runner_weight_tensor(const lh_weight *w)
 {
-    return w ? &w->t : NULL;
+    /* a weight with a separate scale is no tensor of its own */
+    return w && !w->scale.data ? &w->t : NULL;
 }
 
 const lh_weight *lh_runner_weight_rows(lh_bind *bd, const lh_weight *w, int64_t start,
@@ -146,6 +147,13 @@ const lh_weight *lh_runner_weight_rows(lh_bind *bd, const lh_weight *w, int64_t 
     if (t->ndim < 1 || t->ndim > 2 || bits % 8 != 0 || bits == 0) {
         lh_runner_bind_fail(bd, LH_E_USAGE, "weight_rows: %s must be a plain 1-D or 2-D weight "
                             "(a quantized or %d-D one has no row view)", w->name, t->ndim);
+        return NULL;
+    }
+    if (w->scale.data && (start % w->block_rows != 0 ||
+                          (count % w->block_rows != 0 && start + count != rows))) {
+        lh_runner_bind_fail(bd, LH_E_USAGE, "weight_rows: rows [%lld, %lld) of %s cut its "
+                            "scale blocks of %lld rows", (long long)start,
+                            (long long)(start + count), w->name, (long long)w->block_rows);
         return NULL;
     }
     if (start < 0 || count <= 0 || start > rows || count > rows - start) {
@@ -175,6 +183,15 @@ const lh_weight *lh_runner_weight_rows(lh_bind *bd, const lh_weight *w, int64_t 
     v->t = *t;
     v->t.shape[0] = count;
     v->t.data = (char *)t->data + (size_t)(start * t->stride[0]) * (size_t)(bits / 8);
+    if (w->scale.data) { /* the rows' scales with them (per-row blocks: always whole) */
+        v->scale = w->scale;
+        v->block_rows = w->block_rows;
+        v->block_cols = w->block_cols;
+        v->scale.shape[0] = (count + w->block_rows - 1) / w->block_rows;
+        v->scale.data = (char *)w->scale.data +
+                        (size_t)(start / w->block_rows * w->scale.stride[0]) *
+                            (size_t)(lh_k_dtype_bits(w->scale.dtype) / 8);
+    }
     r->views[r->n_views++] = v;
     return v;
 }
@@ -301,7 +318,10 @@ lh_status lh_runner_linear(lh_fwd *f, const lh_tensor *x, const lh_weight *w,
     if (!x || !w || !y)
         return lh_runner_fwd_fail(f, LH_E_USAGE, "linear: NULL %s",
                                   !x ? "x" : !w ? "weight" : "y");
-    lh_status st = lh_k_matmul(f->kctx, x, &w->t, bias ? &bias->t : NULL, y);
+    lh_status st = w->scale.data
+                       ? lh_k_matmul_scaled(f->kctx, x, &w->t, &w->scale, w->block_rows,
+                                            w->block_cols, bias ? &bias->t : NULL, y)
+                       : lh_k_matmul(f->kctx, x, &w->t, bias ? &bias->t : NULL, y);
     if (st == LH_OK)
         return LH_OK;
     return lh_runner_fwd_fail(f, st, "linear %s: %s", w->name, lh_k_last_error(f->kctx));

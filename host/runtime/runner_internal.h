@@ -9,6 +9,12 @@
 struct lh_weight {
     char *name;  /* "module.param" */
     lh_tensor t;
+    /* weight-only quantized (INT8 / INT4 / FP8_E4M3 with a scale param): the scale tensor and
+     * its block (lh_k_matmul_scaled); scale_name is the param's full name until it is linked.
+     * scale.data NULL for every other weight. */
+    lh_tensor scale;
+    int64_t block_rows, block_cols;
+    char *scale_name;
 };
 
 /* One entry of the model's attention-layer table: its backend instance and RoPE table. */

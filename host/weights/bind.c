@@ -311,28 +311,6 @@ static bool model_ignores(const lh_build *b, const char *name)
     return ends_with_components(name, b->ignore, b->n_ignore);
 }
 
-/* A quantized param cannot be loaded yet: the first one, and how many there are. */
-static lh_status check_quantized(const lh_model *m, lh_err *err)
-{
-    const lh_param *first = NULL;
-    size_t count = 0;
-    for (lh_param *p = lh_tree_next_param(m->b, NULL); p; p = lh_tree_next_param(m->b, p))
-        if (!p->tied_to && !elem_size(p->dtype) && !lh_k_dtype_block(p->dtype, NULL, NULL)) {
-            if (!first)
-                first = p;
-            count++;
-        }
-    if (!first)
-        return LH_OK;
-    const char *scheme = first->owner->quant != LH_QUANT_NONE
-                             ? lh_quant_scheme_name(first->owner->quant)
-                             : dtype_name(first->dtype);
-    return lh_err_set(err, LH_E_UNSUPPORTED,
-                      "%s: quantized storage (%s) for %s is not implemented yet; remove the "
-                      "quant config to load weights (%zu quantized parameter%s)",
-                      m->provider, scheme, first->owner->name, count, count == 1 ? "" : "s");
-}
-
 /* A GGUF tensor stored in another layout than the tree's (lh_gguf_layout), copied into buf as
  * the tree has it. Rows move whole, so block-quantized rows need no decoding. */
 static lh_status apply_layout(const lh_st_tensor *t, const lh_param *p, void *buf, int64_t bytes,
@@ -362,6 +340,67 @@ static lh_status apply_layout(const lh_st_tensor *t, const lh_param *p, void *bu
                            src + (size_t)(h * hd + 2 * i + j) * row_bytes, row_bytes);
     }
     lh_progress_add(pg, bytes);
+    return LH_OK;
+}
+
+/* A weight the quant config quantizes here: its scale is derived. */
+static bool quantizes_at_load(const lh_param *p)
+{
+    return p->scale && p->scale->derived;
+}
+
+/* Rows per quantization chunk: 64 rows of f32 at a time (a few MiB for the widest layers),
+ * whatever the source type. */
+#define QUANT_CHUNK_ROWS 64
+
+/* t (f32 / bf16 / f16, p's shape [out, in]) quantized into wbuf (p's format) and a fresh
+ * buffer for p's scale param (lh_k_quantize_scaled), in chunks of rows: the scales are per
+ * row or per group of a row (block_rows 1), so chunks are independent. */
+static lh_status quantize_at_load(lh_kctx **kc, const lh_st_tensor *t, lh_param *p, void *wbuf,
+                                  lh_progress *pg, lh_err *err)
+{
+    lh_param *sc = p->scale;
+    if (t->dtype != LH_DTYPE_F32 && t->dtype != LH_DTYPE_BF16 && t->dtype != LH_DTYPE_F16)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "quantizing %s at load needs a float32, "
+                          "bfloat16 or float16 tensor, not %s", t->name, dtype_name(t->dtype));
+    if (!*kc && !(*kc = lh_k_ctx_create(0, (lh_device){LH_DEVICE_CPU, 0})))
+        return lh_err_set(err, LH_E_NOMEM, "cannot create the quantizer's kernel context: %s",
+                          lh_k_last_error(NULL));
+    const size_t salloc = ((size_t)sc->bytes + DATA_ALIGN - 1) / DATA_ALIGN * DATA_ALIGN;
+    void *sbuf = aligned_alloc(DATA_ALIGN, salloc);
+    const int64_t rows = p->shape[0], in = p->shape[1], scols = sc->shape[1];
+    const int64_t chunk = rows < QUANT_CHUNK_ROWS ? rows : QUANT_CHUNK_ROWS;
+    float *f = sbuf ? malloc((size_t)(chunk * in) * sizeof *f) : NULL;
+    if (!f) {
+        free(sbuf);
+        return lh_err_set(err, LH_E_NOMEM, "out of memory quantizing %s", t->name);
+    }
+    const size_t src_row = lh_k_dtype_bytes(t->dtype, in);
+    const size_t w_row = (size_t)lh_k_dtype_bytes(p->dtype, in);
+    const size_t s_row = (size_t)lh_k_dtype_bytes(sc->dtype, scols);
+    lh_status st = LH_OK;
+    for (int64_t r0 = 0; r0 < rows && st == LH_OK; r0 += chunk) {
+        const int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+        st = lh_bind_convert((const unsigned char *)t->data + (size_t)r0 * src_row, t->dtype, f,
+                             LH_DTYPE_F32, (size_t)(n * in), NULL, NULL, err);
+        const int64_t src_shape[2] = {n, in}, s_shape[2] = {n, scols};
+        lh_tensor src = lh_tensor_cpu(LH_DTYPE_F32, f, 2, src_shape);
+        lh_tensor w = lh_tensor_cpu(p->dtype, (unsigned char *)wbuf + (size_t)r0 * w_row, 2,
+                                    src_shape);
+        lh_tensor s = lh_tensor_cpu(sc->dtype, (unsigned char *)sbuf + (size_t)r0 * s_row, 2,
+                                    s_shape);
+        if (st == LH_OK && (st = lh_k_quantize_scaled(*kc, &src, p->scale_block_rows,
+                                                      p->scale_block_cols, &w, &s)) != LH_OK)
+            lh_err_set(err, st, "%s", lh_k_last_error(*kc));
+        lh_progress_add(pg, (int64_t)((size_t)n * w_row));
+    }
+    free(f);
+    if (st != LH_OK) {
+        free(sbuf);
+        return st;
+    }
+    sc->data = sbuf;
+    sc->data_owned = true;
     return LH_OK;
 }
 
@@ -404,10 +443,7 @@ lh_status lh_model_adopt_stored_dtypes(lh_model *m, const lh_checkpoint *ck, lh_
 
 static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
 {
-    lh_status st = check_quantized(m, err);
-    if (st != LH_OK)
-        return st;
-
+    lh_status st = LH_OK;
     lh_bind_stats s;
     memset(&s, 0, sizeof s);
     size_t n_tensors = lh_checkpoint_count(ck);
@@ -423,6 +459,8 @@ static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
     /* 1. match every param */
     for (lh_param *p = lh_tree_next_param(m->b, NULL); p && !oom;
          p = lh_tree_next_param(m->b, p)) {
+        if (p->derived)
+            continue; /* computed when its weight is quantized, not read */
         size_t idx = 0;
         const lh_st_tensor *t = find_for(ck, p, &name, &idx);
         if (name.oom) {
@@ -509,15 +547,17 @@ static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
         const lh_st_tensor *t = jobs.a[i].t;
         if (t->dtype != p->dtype || !t->aligned || t->layout != LH_GGUF_AS_STORED)
             to_convert += lh_k_dtype_bytes(p->dtype, p->numel);
-        if (t->dtype != p->dtype)
+        if (t->dtype != p->dtype && !quantizes_at_load(p))
             any_conversion = true;
     }
+    lh_kctx *qctx = NULL; /* the quantizer's, made on the first weight quantized at load */
     if (any_conversion && !(scratch = malloc(LH_BIND_SCRATCH_BYTES))) {
         st = lh_err_set(err, LH_E_NOMEM, "%s: out of memory converting weights", m->provider);
         goto out;
     }
     lh_progress pg;
-    lh_progress_begin(&pg, "loading weights", to_convert);
+    lh_progress_begin(&pg, m->quantized_linears ? "loading and quantizing weights"
+                                                : "loading weights", to_convert);
     for (size_t i = 0; i < jobs.n && st == LH_OK; i++) {
         lh_param *p = jobs.a[i].p;
         const lh_st_tensor *t = jobs.a[i].t;
@@ -538,7 +578,9 @@ static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
                             m->provider, t->name, bytes, dtype_name(p->dtype));
             break;
         }
-        if (t->layout != LH_GGUF_AS_STORED)
+        if (quantizes_at_load(p))
+            st = quantize_at_load(&qctx, t, p, buf, &pg, err);
+        else if (t->layout != LH_GGUF_AS_STORED)
             st = apply_layout(t, p, buf, bytes, &pg, err);
         else
             st = lh_bind_convert(t->data, t->dtype, buf, p->dtype, (size_t)p->numel, scratch,
@@ -550,13 +592,18 @@ static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
         }
         p->data = buf;
         p->data_owned = true;
-        if (t->dtype == p->dtype)
+        if (quantizes_at_load(p)) {
+            s.quantized++;
+            s.owned_bytes += p->scale->bytes;
+        }
+        else if (t->dtype == p->dtype)
             s.copied++;
         else
             s.converted++;
         s.owned_bytes += bytes;
     }
     lh_progress_end(&pg);
+    lh_k_ctx_free(qctx);
     if (st != LH_OK) {
         unbind(m);
         goto out;
@@ -569,10 +616,10 @@ static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
     m->weights = ck;
     m->bind_stats = s;
     lh_log(LH_LOG_INFO,
-           "weights: %zu tensors bound from %s (%zu in place, %zu converted, %zu copied, "
-           "%zu tied, %zu ignored)",
-           s.bound, lh_checkpoint_path(ck), s.zero_copy, s.converted, s.copied, s.tied,
-           s.ignored);
+           "weights: %zu tensors bound from %s (%zu in place, %zu converted, %zu quantized, "
+           "%zu copied, %zu tied, %zu ignored)",
+           s.bound, lh_checkpoint_path(ck), s.zero_copy, s.converted, s.quantized, s.copied,
+           s.tied, s.ignored);
 out:
     free(scratch);
     free(name.s);

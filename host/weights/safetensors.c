@@ -48,7 +48,7 @@ static const struct {
     [LH_ST_U16] = {"U16", 16, LH_DTYPE_INVALID},
     [LH_ST_U8] = {"U8", 8, LH_DTYPE_INVALID},
     [LH_ST_BOOL] = {"BOOL", 8, LH_DTYPE_INVALID},
-    [LH_ST_F8_E4M3] = {"F8_E4M3", 8, LH_DTYPE_INVALID},
+    [LH_ST_F8_E4M3] = {"F8_E4M3", 8, LH_DTYPE_FP8_E4M3},
     [LH_ST_F8_E5M2] = {"F8_E5M2", 8, LH_DTYPE_INVALID},
     [LH_ST_F8_E8M0] = {"F8_E8M0", 8, LH_DTYPE_INVALID},
     [LH_ST_F4] = {"F4", 4, LH_DTYPE_INVALID},

@@ -19,9 +19,9 @@
  *   LH_E_NOMEM
  *
  * Dtypes: every safetensors dtype string is recognised (so messages are precise), but only
- * F32, F16 and BF16 have an lh_dtype; the others (F64, I64, I32, I16, I8, U64, U32, U16, U8,
- * BOOL, F8_E4M3, F8_E5M2, F8_E8M0, F4, F6_E2M3, F6_E3M2) are size-checked like the rest and
- * carry LH_DTYPE_INVALID. Using such a tensor as a weight is the caller's error to report
+ * F32, F16, BF16 and F8_E4M3 (FP8 checkpoints' weights) have an lh_dtype; the others (F64,
+ * I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E5M2, F8_E8M0, F4, F6_E2M3, F6_E3M2) are
+ * size-checked like the rest and carry LH_DTYPE_INVALID. Using such a tensor as a weight is the caller's error to report
  * (lh_st_tensor_view: "unsupported dtype I64 for tensor X; supported: F32, F16, BF16"); a
  * file that merely contains one opens fine.
  *
@@ -70,7 +70,7 @@ typedef struct lh_st_file lh_st_file;
 typedef struct lh_st_tensor {
     const char *name;          /* owned by the file */
     lh_st_dtype st_dtype;
-    lh_dtype dtype;            /* F32/F16/BF16; LH_DTYPE_INVALID for every other st_dtype */
+    lh_dtype dtype;            /* F32/F16/BF16/FP8_E4M3; LH_DTYPE_INVALID for the others */
     int ndim;                  /* 0 for a scalar */
     int64_t shape[LH_ST_MAX_DIMS];
     int64_t numel;

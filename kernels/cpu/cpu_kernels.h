@@ -244,6 +244,17 @@ static inline int lh_cpu_wdt(lh_dtype dt)
 
 lh_status lh_cpu_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w, const lh_tensor *bias,
                         lh_tensor *y);
+/* y = x @ W^T (+ bias) for a weight W [N, K] that is decoded to f32 as the matmul goes:
+ * decode(user, n0, n1, k0, k1, dst, ldd) writes W[n0:n1, k0:k1], row n at dst + (n - n0) * ldd;
+ * k0 is a multiple of LH_MM_KC, and k1 - k0 <= LH_MM_KC. It is called from every pool thread
+ * at once (user is read-only). The tiles read each decoded panel at once, so y is
+ * bit-identical to decoding all of W and calling lh_cpu_matmul with it. fn and wname name the
+ * caller and the weight dtype in the out-of-memory message (matmul.c). */
+typedef void (*lh_cpu_wrows_fn)(const void *user, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
+                                float *dst, int64_t ldd);
+lh_status lh_cpu_matmul_decoded(lh_kctx *ctx, const lh_tensor *x, int64_t N,
+                                lh_cpu_wrows_fn decode, const void *user, const lh_tensor *bias,
+                                lh_tensor *y, const char *fn, const char *wname);
 lh_status lh_cpu_embedding(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids, int64_t n,
                            lh_tensor *out);
 lh_status lh_cpu_rmsnorm(lh_kctx *ctx, lh_tensor *residual, const lh_tensor *x, const lh_tensor *w,

@@ -114,8 +114,9 @@ void lh_qmm_quant_avx2(const float *x, lh_qact *a, int64_t m);
 #endif
 
 /* The reference's pieces the SIMD files share (qmm_scalar.c). */
-/* The quantization of one block of n (32 or 256) floats into q[n]; returns d. */
-float lh_qmm_quant_block(const float *x, int n, int8_t *q);
+/* The quantization of one block of n floats into q[n] (step 1 above); returns d. n is 32 or
+ * 256 here; lh_k_matmul_scaled's int8 path quantizes whole rows with it (scaled_qmm.c). */
+float lh_qmm_quant_block(const float *x, int64_t n, int8_t *q);
 /* The eight 6-bit scales and mins of q4_k / q5_k from their 12 bytes (dequant.c's k_scales
  * has the layout), as bytes 0..7 of *sc and *m (byte k = bits 8k .. 8k + 7): four at a time
  * in 32-bit words, so the SIMD kernels get them in a register without a store and a reload. */

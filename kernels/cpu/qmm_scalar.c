@@ -10,21 +10,21 @@ static inline int rne(float v)
     return (int)((v + 12582912.0f) - 12582912.0f);
 }
 
-float lh_qmm_quant_block(const float *x, int n, int8_t *q)
+float lh_qmm_quant_block(const float *x, int64_t n, int8_t *q)
 {
     uint32_t mb = 0;
-    for (int i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         const uint32_t a = lh_cpu_f32_bits(x[i]) & 0x7fffffffu;
         mb = a > mb ? a : mb;
     }
     if (mb >= 0x7f800000u || mb < LH_QMM_AMAX_MIN_BITS) {
-        for (int i = 0; i < n; i++)
+        for (int64_t i = 0; i < n; i++)
             q[i] = 0;
         return mb >= 0x7f800000u ? lh_cpu_bits_f32(0x7fc00000u) : 0.0f;
     }
     const float amax = lh_cpu_bits_f32(mb);
     const float id = 127.0f / amax;
-    for (int i = 0; i < n; i++)
+    for (int64_t i = 0; i < n; i++)
         q[i] = (int8_t)rne(x[i] * id);
     return amax / 127.0f;
 }

@@ -5,7 +5,8 @@
  * as 0 or 1 first. A template written in these names compiles to the instructions the ISA's own
  * hand-written code would have.
  *
- * Included (only) by matmul_avx2.c, matmul_avx512.c, vec_avx2.c and vec_avx512.c, inside
+ * Included (only) by matmul_avx2.c, matmul_avx512.c, vec_avx2.c, vec_avx512.c, scaled_avx2.c
+ * and scaled_avx512.c, inside
  * #if LH_CPU_X86. Every function gets TGT, a per-function target attribute: the library needs
  * no -march flag and runs this code only when isa.c says the CPU has the ISA. */
 #ifndef LH_SIMD_X86_H

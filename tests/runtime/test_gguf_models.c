@@ -14,6 +14,7 @@
 #include "core/npy.h"
 #include "llmhost.h"
 #include "rt_host.h"
+#include "rt_prompts.h"
 #include "runner.h"
 
 #include <jansson.h>
@@ -51,47 +52,6 @@ static lh_engine *open_model(const char *path, const char *const *extra, lh_err 
     return e;
 }
 
-typedef struct prompts {
-    size_t n;
-    int32_t *ids[8];
-    int64_t lens[8];
-} prompts;
-
-static bool load_prompts(const char *src, prompts *p)
-{
-    memset(p, 0, sizeof *p);
-    char path[1400];
-    snprintf(path, sizeof path, "%s/models/%s/reference.json", fixtures_dir(), src);
-    json_t *ref = json_load_file(path, 0, NULL);
-    json_t *arr = json_object_get(ref, "prompts");
-    for (size_t i = 0; i < json_array_size(arr) && i < 8; i++) {
-        json_t *pr = json_array_get(arr, i);
-        p->lens[i] = (int64_t)json_array_size(pr);
-        p->ids[i] = malloc((size_t)p->lens[i] * sizeof(int32_t));
-        for (int64_t k = 0; k < p->lens[i]; k++)
-            p->ids[i][k] = (int32_t)json_integer_value(json_array_get(pr, (size_t)k));
-        p->n++;
-    }
-    json_decref(ref);
-    return p->n > 0;
-}
-
-static void free_prompts(prompts *p)
-{
-    for (size_t i = 0; i < p->n; i++)
-        free(p->ids[i]);
-}
-
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= m))
-            m = isnan(d) ? INFINITY : d;
-    }
-    return m;
-}
 
 /* The source fixture with `edits` merged into its config.json, in a fresh directory (NULL
  * when there are none: the fixture itself); the caller removes it. */
@@ -136,8 +96,10 @@ static void check_fixture(const char *name, const char *src, const char *type,
     if (!s)
         fprintf(stderr, "\n  %s: %s\n", src, err.msg);
     CU_ASSERT_FATAL(g && s);
-    prompts p;
-    CU_ASSERT_FATAL(load_prompts(src, &p));
+    rt_prompts p;
+    char ref[1400];
+    snprintf(ref, sizeof ref, "%s/models/%s/reference.json", fixtures_dir(), src);
+    CU_ASSERT_FATAL(rt_load_prompts(ref, &p));
     const int64_t V = lh_engine_vocab_size(g);
     CU_ASSERT_EQUAL(V, lh_engine_vocab_size(s));
     const bool exact = strcmp(type, "F32") == 0 || strcmp(type, "BF16") == 0;
@@ -151,7 +113,7 @@ static void check_fixture(const char *name, const char *src, const char *type,
             CU_ASSERT_EQUAL_FATAL(lh_engine_logits(s, p.ids[i], p.lens[i], b, &err), LH_OK);
             if (memcmp(a, b, n * sizeof *a) != 0)
                 fprintf(stderr, "\n  %s prompt %zu: max |diff| %g vs the safetensors run\n",
-                        name, i, max_abs_diff(a, b, n));
+                        name, i, rt_max_abs_diff(a, b, n));
             CU_ASSERT(memcmp(a, b, n * sizeof *a) == 0);
         } else {
             char path[1400];
@@ -160,7 +122,7 @@ static void check_fixture(const char *name, const char *src, const char *type,
             int64_t rows = 0, cols = 0;
             CU_ASSERT_EQUAL_FATAL(lh_npy_read_f32(path, &ref, &rows, &cols, &err), LH_OK);
             CU_ASSERT_FATAL(rows == p.lens[i] && cols == V);
-            const double d = max_abs_diff(a, ref, n);
+            const double d = rt_max_abs_diff(a, ref, n);
             worst = d > worst ? d : worst;
             free(ref);
         }
@@ -182,7 +144,7 @@ static void check_fixture(const char *name, const char *src, const char *type,
         free(og);
         free(os);
     }
-    free_prompts(&p);
+    rt_free_prompts(&p);
     lh_engine_close(g);
     lh_engine_close(s);
     if (edited)

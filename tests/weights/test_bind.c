@@ -637,42 +637,53 @@ static void test_tied(void)
 
 /* ---- quantized params ---- */
 
-static void test_quantized_unsupported(void)
+/* The quant config quantizes at load: the checkpoint holds the float weights (written from the
+ * unquantized tree), binding quantizes every linear and computes its derived scale, and what it
+ * took is the plan's bytes. */
+static void check_quantized_load(const char *yaml, size_t n_quantized, lh_dtype wdt)
 {
+    lh_model *plain = tiny_llama(1, false, "bfloat16", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(plain);
+    char *d = lh_test_mkdtemp();
+    gen_opts o = {.dtype = "BF16"};
+    write_checkpoint(plain, d, &o);
+    lh_model_free(plain);
     lh_run_config rc;
     lh_run_config_init(&rc);
     lh_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lh_run_config_load_string(&rc, "quant:\n  scheme: int8\n", "inline",
-                                                    &err),
-                          LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_run_config_load_string(&rc, yaml, "inline", &err), LH_OK);
     lh_model *m = tiny_llama(1, false, "bfloat16", &rc);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-    char *d = lh_test_mkdtemp();
-    gen_opts o = {.dtype = "BF16"};
-    write_checkpoint(m, d, &o);
-    CU_ASSERT_EQUAL(load(m, d, &err), LH_E_UNSUPPORTED);
-    CU_ASSERT(has(err.msg, "quantized storage (int8) for model.layers.0.self_attn.q_proj is not "
-                           "implemented yet; remove the quant config to load weights"));
-    CU_ASSERT(has(err.msg, "(8 quantized parameters)")); /* q k v o gate up down lm_head */
-    CU_ASSERT_FALSE(lh_model_weights_bound(m));
-    lh_model_free(m);
-    lh_run_config_free(&rc);
-
-    /* int4 on one layer through a rule */
-    lh_run_config_init(&rc);
-    CU_ASSERT_EQUAL_FATAL(lh_run_config_load_string(&rc,
-                                                    "quant:\n  rules:\n    - pattern: \"*.mlp.*\"\n"
-                                                    "      scheme: int4\n      group_size: 16\n",
-                                                    "inline", &err),
-                          LH_OK);
-    m = tiny_llama(1, false, "bfloat16", &rc);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
-    CU_ASSERT_EQUAL(load(m, d, &err), LH_E_UNSUPPORTED);
-    CU_ASSERT(has(err.msg, "quantized storage (int4) for model.layers.0.mlp.gate_proj"));
+    if (load(m, d, &err) != LH_OK)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_TRUE_FATAL(lh_model_weights_bound(m));
+    lh_bind_stats s;
+    lh_model_bind_stats(m, &s);
+    CU_ASSERT_EQUAL(s.quantized, n_quantized);
+    lh_memory_plan plan;
+    CU_ASSERT_EQUAL_FATAL(lh_model_plan(m, &plan, &err), LH_OK);
+    CU_ASSERT_EQUAL(s.mapped_bytes + s.owned_bytes, plan.weight_bytes);
+    lh_tensor t;
+    CU_ASSERT_EQUAL(lh_model_param_tensor_by_name(m, "model.layers.0.mlp.gate_proj", "weight",
+                                                  &t), LH_OK);
+    CU_ASSERT_EQUAL(t.dtype, wdt);
+    CU_ASSERT_EQUAL(lh_model_param_tensor_by_name(m, "model.layers.0.mlp.gate_proj",
+                                                  "weight_scale", &t), LH_OK);
+    CU_ASSERT_EQUAL(t.dtype, wdt == LH_DTYPE_INT4 ? LH_DTYPE_F16 : LH_DTYPE_F32);
     lh_model_free(m);
     lh_run_config_free(&rc);
     lh_test_rmtree(d);
     free(d);
+}
+
+static void test_quantized_at_load(void)
+{
+    /* q k v o gate up down lm_head */
+    check_quantized_load("quant:\n  scheme: int8\n", 8, LH_DTYPE_INT8);
+    check_quantized_load("quant:\n  scheme: fp8\n", 8, LH_DTYPE_FP8_E4M3);
+    /* int4 on the MLP through a rule */
+    check_quantized_load("quant:\n  rules:\n    - pattern: \"*.mlp.*\"\n"
+                         "      scheme: int4\n      group_size: 16\n", 3, LH_DTYPE_INT4);
 }
 
 /* ---- API misuse ---- */
@@ -943,7 +954,12 @@ static void test_fixture_models(void)
         if (st == LH_OK) {
             lh_bind_stats s;
             lh_model_bind_stats(m, &s);
-            CU_ASSERT_EQUAL(s.converted, s.bound);
+            /* an FP8 checkpoint's weights and scales stay as stored */
+            if (json_object_get(cfg->root, "quantization_config")) {
+                CU_ASSERT_EQUAL(s.converted + s.zero_copy, s.bound);
+            } else {
+                CU_ASSERT_EQUAL(s.converted, s.bound);
+            }
             /* the tree's first parameter (every family's token embedding), whatever its name */
             first_param fp = {0};
             lh_model_foreach_param(m, take_first, &fp);
@@ -987,7 +1003,7 @@ static CU_TestInfo bind_tests[] = {
     {"missing + unexpected + mis-shaped + bad dtype in one error", test_all_problems_at_once},
     {"the report stays bounded, with counts", test_report_is_bounded},
     {"tied embeddings", test_tied},
-    {"quantized params are unsupported", test_quantized_unsupported},
+    {"the quant config quantizes at load: bytes = plan", test_quantized_at_load},
     {"API misuse", test_misuse},
     {"param iterator order", test_param_iterator},
     {"every fixture model binds cleanly", test_fixture_models},

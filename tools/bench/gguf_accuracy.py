@@ -16,7 +16,9 @@
    ids) and compares with the f32 directory's logits (which match transformers within 2.5e-5):
    mean and max |logit difference| over every position and the whole vocabulary, and top-1
    agreement (positions whose largest logit is the same token).
-3. Prints a Markdown table.
+3. The run config's quant schemes (int8 / fp8 per output channel, int4 in groups of 64),
+   quantizing the f32 model at load, on the same corpus.
+4. Prints a Markdown table.
 
 The weights being the decoded Q4_1 file (its embedding, which is also the tied head, Q8_0),
 re-encoding them as Q4_1 loses nothing (same blocks); the other formats' errors are those of
@@ -132,10 +134,22 @@ def llama_quantize(src: Path, dst: Path, ftype: int) -> bool:
                                           params) == 0
 
 
-def logits(exe: str, model: Path, ids: list[int], mode: str, tmp: str) -> np.ndarray:
+# the run config's quant schemes, quantizing the f32 model at load (int4: groups of 64, which
+# divide both of SmolLM2's widths, 576 and 1536); int8 per channel also on the integer path
+QUANT_CONFIGS = {"int8": "quant:\n  scheme: int8\n", "fp8": "quant:\n  scheme: fp8\n",
+                 "int4 g64": "quant:\n  scheme: int4\n  group_size: 64\n"}
+
+
+def logits(exe: str, model: Path, ids: list[int], mode: str, tmp: str,
+           config: str | None = None) -> np.ndarray:
     out = os.path.join(tmp, "l.npy")
+    extra = []
+    if config:
+        cfg = os.path.join(tmp, "run.yaml")
+        Path(cfg).write_text(config)
+        extra = ["--config", cfg]
     r = subprocess.run([exe, "logits", str(model), "--tokens", ",".join(map(str, ids)),
-                        "--out", out, "--quantized-matmul", mode], capture_output=True,
+                        "--out", out, "--quantized-matmul", mode] + extra, capture_output=True,
                        text=True)
     if r.returncode != 0:
         sys.exit(f"llmhost logits {model}: {r.stderr.strip()}")
@@ -146,18 +160,20 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llmhost", default=str(REPO / "build" / "host" / "llmhost"))
     ap.add_argument("--work", type=Path, default=CACHE / "accuracy")
+    ap.add_argument("--quant-only", action="store_true",
+                    help="only the run config's quant schemes (no GGUF files)")
     args = ap.parse_args(argv)
     if not (F32_DIR / "model.safetensors").exists() or not PUBLISHED.exists():
         sys.exit(f"needs {F32_DIR} (tools/default_model/convert_gguf.py) and {PUBLISHED} "
                  "(tools/default_model/fetch_gguf.py)")
     args.work.mkdir(parents=True, exist_ok=True)
     files = {}
-    for name, qt in PY_TYPES.items():
+    for name, qt in ({} if args.quant_only else PY_TYPES).items():
         p = args.work / f"smollm2-135m-{name.lower()}.gguf"
         if not p.exists():
             write_gguf(p, qt)
         files[name] = p
-    for name, ft in LLAMA_FTYPES.items():
+    for name, ft in ({} if args.quant_only else LLAMA_FTYPES).items():
         p = args.work / f"smollm2-135m-{name.lower()}.gguf"
         if p.exists() or llama_quantize(files["F32"], p, ft):
             files[name] = p
@@ -186,12 +202,28 @@ def main(argv=None) -> int:
                 rows.append((name, mode, size, float(np.mean(diffs)), worst, 100.0 * agree / n))
                 print(f"{name} {mode}: mean {rows[-1][3]:.4f} max {worst:.3f} "
                       f"top-1 {rows[-1][5]:.1f}%", file=sys.stderr)
+        for (name, cfg), mode in [(kv, m) for kv in QUANT_CONFIGS.items()
+                                  for m in (("exact", "int8") if kv[0] == "int8" else ("exact",))]:
+            diffs, agree, n, worst = [], 0, 0, 0.0
+            for ids, r in zip(lines, ref):
+                o = logits(args.llmhost, F32_DIR, ids, mode, tmp, cfg)
+                d = np.abs(o.astype(np.float64) - r)
+                diffs.append(d.mean())
+                worst = max(worst, float(d.max()))
+                agree += int(np.sum(np.argmax(o, 1) == np.argmax(r, 1)))
+                n += len(ids)
+            rows.append((f"quant {name} (at load)", mode, float("nan"), float(np.mean(diffs)),
+                         worst, 100.0 * agree / n))
+            print(f"quant {name} {mode}: mean {rows[-1][3]:.4f} max {worst:.3f} "
+                  f"top-1 {rows[-1][5]:.1f}%", file=sys.stderr)
     print(f"{len(lines)} corpus lines, {sum(map(len, lines))} positions, vocabulary 49152\n")
     print("| format | quantized_matmul | file MiB | mean \\|Δlogit\\| | max \\|Δlogit\\| | top-1 agreement |")
     print("|---|---|---|---|---|---|")
     for name, mode, size, mean, worst, top1 in rows:
-        m = "—" if name in ("F32", "F16", "BF16") else mode
-        print(f"| {name} | {m} | {size:.0f} | {mean:.4f} | {worst:.3f} | {top1:.1f}% |")
+        m = "—" if name in ("F32", "F16", "BF16") or (name.startswith("quant") and
+                                                      "int8" not in name) else mode
+        mib = "—" if size != size else f"{size:.0f}"
+        print(f"| {name} | {m} | {mib} | {mean:.4f} | {worst:.3f} | {top1:.1f}% |")
     return 0
 
 
