@@ -166,6 +166,10 @@ def write_fixture(out: Path, name: str, src: str, arch: str, qtype) -> None:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     w.add_vocab_size(cfg["vocab_size"])
+    if name == "llama-mha-f32":
+        # llama.cpp's stop ids: generation ends at eos and at the end of a turn (eot)
+        w.add_eos_token_id(3)
+        w.add_eot_token_id(7)
     if gemma:
         if cfg.get("attn_logit_softcapping"):
             w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
@@ -226,6 +230,15 @@ def write_bad(out: Path) -> None:
     # a tensor the llama table does not name
     w = small("bad-unmapped-tensor", "llama")
     w.add_tensor("blk.0.attn_qkv.weight", np.zeros((96, 32), np.float32))
+    finish(w)
+    # one shard of a split file
+    w = small("bad-split", "llama")
+    w.add_uint16("split.no", 0)
+    w.add_uint16("split.count", 3)
+    finish(w)
+    # llama3 RoPE factors (Llama 3.1's rope_freqs.weight), which the family does not implement
+    w = small("bad-rope-freqs", "llama")
+    w.add_tensor("rope_freqs.weight", np.ones(8, np.float32))
     finish(w)
     # a ggml type this build does not read (Q2_K: 256 elements in 84 bytes)
     w = small("bad-ggml-type", "llama")

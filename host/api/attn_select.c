@@ -1,4 +1,5 @@
 #include "attn_select.h"
+#include "weights/gguf.h"
 
 #include "api/attn_needs.h"
 
@@ -284,7 +285,7 @@ static lh_status device_budget(const lh_attn_choice *out, const lh_model_config 
     if (lh_k_cuda_device_info(out->device.index, &info) != LH_OK)
         return lh_err_set(err, LH_E_UNSUPPORTED, "kv_cache.memory_fraction: %s",
                           lh_k_last_error(NULL));
-    const uint64_t weights = checkpoint_bytes(cfg->dir);
+    const uint64_t weights = cfg->gguf ? lh_gguf_data_size(cfg->gguf) : checkpoint_bytes(cfg->dir);
     const uint64_t fr = info.free_bytes > 0 ? (uint64_t)info.free_bytes : 0;
     b->bytes = fr > weights ? fr - weights : 0;
     snprintf(b->what, sizeof b->what, "cuda:%d free memory after %.2f GiB of weights",

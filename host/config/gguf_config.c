@@ -10,6 +10,7 @@
 #include "core/strbuf.h"
 #include "weights/gguf.h"
 
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -287,6 +288,8 @@ static json_t *value_json(const lh_gguf_value *v, const char *key, lh_err *err)
         json_t *j = scalar_json(v, err, key);
         if (!j && err && err->code == LH_OK)
             lh_err_set(err, LH_E_NOMEM, "out of memory");
+        else if (!j && err && !strstr(err->msg, key))
+            lh_err_prefix(err, "metadata key '%s'", key);
         return j;
     }
     if (v->elem_type == LH_GGUF_ARRAY) {
@@ -368,8 +371,40 @@ static lh_status add_common(const lh_gguf_provider *p, const lh_gguf_source *src
     if (!json_object_get(c->root, "vocab_size") && toks && toks->value.type == LH_GGUF_ARRAY &&
         json_object_set_new(c->root, "vocab_size", json_integer((json_int_t)toks->value.count)))
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    /* generation stops at the end of a turn too: llama.cpp's eot / eom ids join eos, as
+     * transformers' generation_config lists them (Gemma's <end_of_turn>, Llama 3's <|eot_id|>) */
+    if (!json_object_get(c->root, "eos_token_id")) {
+        static const char *const stops[] = {"tokenizer.ggml.eos_token_id",
+                                            "tokenizer.ggml.eot_token_id",
+                                            "tokenizer.ggml.eom_token_id"};
+        json_t *list = json_array();
+        if (!list)
+            return lh_err_set(err, LH_E_NOMEM, "out of memory");
+        for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) {
+            int64_t v;
+            const int got = lh_gguf_source_get_int(src, stops[i], &v);
+            if (got < 0) {
+                json_decref(list);
+                return lh_err_set(err, LH_E_CONFIG, "metadata key '%s' is not an integer",
+                                  stops[i]);
+            }
+            bool dup = false;
+            for (size_t k = 0; got == 1 && k < json_array_size(list); k++)
+                dup |= json_integer_value(json_array_get(list, k)) == v;
+            if (got == 1 && !dup && json_array_append_new(list, json_integer((json_int_t)v))) {
+                json_decref(list);
+                return lh_err_set(err, LH_E_NOMEM, "out of memory");
+            }
+        }
+        json_t *eos = json_array_size(list) == 1 ? json_incref(json_array_get(list, 0)) : NULL;
+        if (json_array_size(list) > 0 &&
+            json_object_set_new(c->root, "eos_token_id", eos ? eos : json_incref(list))) {
+            json_decref(list);
+            return lh_err_set(err, LH_E_NOMEM, "out of memory");
+        }
+        json_decref(list);
+    }
     static const char *const ids[][2] = {{"bos_token_id", "tokenizer.ggml.bos_token_id"},
-                                          {"eos_token_id", "tokenizer.ggml.eos_token_id"},
                                           {"pad_token_id", "tokenizer.ggml.padding_token_id"}};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
         if (json_object_get(c->root, ids[i][0]))
@@ -455,6 +490,8 @@ static lh_status write_config(const lh_gguf_provider *p, const lh_gguf_source *s
         st = add_common(p, src, c, err);
     if (st == LH_OK)
         st = add_rope_scaling(src, c, err);
+    if (st == LH_OK && src->oom)
+        st = lh_err_set(err, LH_E_NOMEM, "out of memory");
     return st;
 }
 
@@ -475,6 +512,11 @@ lh_status lh_model_config_from_gguf(lh_registry *reg, const char *file, lh_model
         st = lh_err_set(err, arch_copy ? LH_E_CONFIG : LH_E_NOMEM, "%s: general.architecture "
                         "%s", file, arch_copy ? "holds a NUL byte" : "(out of memory)");
     src.arch = arch_copy;
+    int64_t split = 0;
+    if (st == LH_OK && lh_gguf_source_get_int(&src, "split.count", &split) == 1 && split > 1)
+        st = lh_err_set(err, LH_E_UNSUPPORTED, "%s is one of %" PRId64 " split GGUF files "
+                        "(split.count); merge them first with llama.cpp's gguf-split --merge",
+                        file, split);
     const lh_reg_entry *e = NULL;
     if (st == LH_OK && (st = find_provider(reg, arch_copy, &e, err)) != LH_OK)
         lh_err_prefix(err, "%s: GGUF architecture '%s'", file, arch_copy);

@@ -76,9 +76,10 @@ static lh_status parse(const lh_model_config *cfg, const json_t *qc, ckpt_quant 
     if (bs && !json_is_null(bs)) {
         const json_t *r = json_array_get(bs, 0), *c = json_array_get(bs, 1);
         if (!json_is_array(bs) || json_array_size(bs) != 2 || !json_is_integer(r) ||
-            !json_is_integer(c) || json_integer_value(r) < 1 || json_integer_value(c) < 1)
+            !json_is_integer(c) || json_integer_value(r) < 1 || json_integer_value(c) < 1 ||
+            json_integer_value(r) > (1 << 20) || json_integer_value(c) > (1 << 20))
             return lh_err_set(err, LH_E_CONFIG, "%s: quantization_config.weight_block_size "
-                              "must be [rows, cols] of positive integers", cfg->path);
+                              "must be [rows, cols] of integers in [1, 1048576]", cfg->path);
         q->block_rows = json_integer_value(r);
         q->block_cols = json_integer_value(c);
     }
@@ -130,7 +131,7 @@ lh_status lh_model_apply_checkpoint_quant(lh_model *m, const lh_model_config *cf
             continue;
         for (lh_param *p = x->params; p && st == LH_OK; p = p->next)
             if (p->role == LH_PARAM_WEIGHT_QUANTIZABLE && p->ndim == 2 && !p->tied_to &&
-                !p->transposed && !p->scale) {
+                !p->tie_dependents && !p->transposed && !p->scale) {
                 st = quantize_linear(b, x, p, &q, err);
                 if (st == LH_OK) {
                     x->quant = LH_QUANT_FP8;

@@ -118,7 +118,7 @@ json_t *lh_model_plan_json(const lh_model *m, const lh_memory_plan *plan)
             }
             ok = ok && t &&
                  put(t, "tensors", json_integer(json_integer_value(json_object_get(t, "tensors")) + 1)) &&
-                 put(t, "parameters", json_integer(json_integer_value(json_object_get(t, "parameters")) + p->numel)) &&
+                 put(t, "parameters", json_integer(json_integer_value(json_object_get(t, "parameters")) + (p->is_scale ? 0 : p->numel))) &&
                  put(t, "bytes", json_integer(json_integer_value(json_object_get(t, "bytes")) + p->bytes));
         }
     const char *dt = mixed ? "mixed" : lh_dtype_name(plan->weight_dtype);

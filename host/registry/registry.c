@@ -533,7 +533,7 @@ lh_status lh_registry_register(lh_module_rec *mod, lh_kind kind, const void *pro
     /* struct_size must at least cover the fields of ABI x.0 of this provider struct */
     size_t min_size = kind == LH_KIND_DRAFT            ? sizeof(lh_draft_provider)
                       : kind == LH_KIND_ATTENTION_BACKEND ? offsetof(lh_attn_backend_provider, ops)
-                      : kind == LH_KIND_GGUF              ? sizeof(lh_gguf_provider)
+                      : kind == LH_KIND_GGUF              ? offsetof(lh_gguf_provider, finish) + sizeof(void *)
                                                           : offsetof(lh_model_provider, check_runtime);
     /* (ABI 3.0 model providers end with check_runtime; the size check above covers ops) */
     if (given_size < min_size) {

@@ -6,6 +6,8 @@
  * order the checkpoint has (llama.cpp's NEOX RoPE) and are stored as they are. */
 #include "llama_family.h"
 
+#include <stdio.h>
+
 
 const lh_gguf_key llama_gguf_keys[] = {LH_GGUF_COMMON_KEYS};
 const size_t llama_gguf_n_keys = sizeof llama_gguf_keys / sizeof llama_gguf_keys[0];
@@ -50,6 +52,23 @@ const size_t llama_gguf_n_tensors_neox =
 lh_status llama_gguf_finish(const lh_host_api *api, const lh_gguf_source *src, lh_gguf_config *c,
                             lh_error *err)
 {
+    /* what the family's forward does not implement, refused by name rather than run wrong */
+    if (api->gguf_has_tensor(src, "rope_freqs.weight"))
+        return lh_error_set(err, LH_E_UNSUPPORTED, "rope_freqs.weight (llama.cpp's per-frequency "
+                            "factors, Llama 3.1's llama3 RoPE scaling) is not supported yet");
+    char key[160];
+    snprintf(key, sizeof key, "%s.rope.dimension_count", api->gguf_arch(src));
+    int64_t rot, hd = 0, hidden = 0, heads = 0;
+    if (api->gguf_get_int(src, key, &rot) == 1) {
+        api->config_peek_int(c, "hidden_size", &hidden);
+        api->config_peek_int(c, "num_attention_heads", &heads);
+        if (api->config_peek_int(c, "head_dim", &hd) != 1)
+            hd = heads > 0 ? hidden / heads : 0;
+        if (rot != hd)
+            return lh_error_set(err, LH_E_UNSUPPORTED, "%s = %lld with head_dim %lld: partial "
+                                "rotary embeddings are not part of this family", key,
+                                (long long)rot, (long long)hd);
+    }
     /* transformers' model_type is llama.cpp's architecture name for every member */
     lh_status st = api->config_set_string(c, "model_type", api->gguf_arch(src));
     if (st == LH_OK)

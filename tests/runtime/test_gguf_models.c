@@ -272,8 +272,29 @@ static void test_errors(void)
     static const char *const quant[] = {"quant=int8", NULL};
     expect_open_error("llama-mha-f32.gguf", quant, LH_E_UNSUPPORTED, "quant",
                       "already quantized");
+    /* one shard of a split file; a tensor the family has no implementation for */
+    expect_open_error("bad-split.gguf", NULL, LH_E_UNSUPPORTED, "split.count", "gguf-split");
+    expect_open_error("bad-rope-freqs.gguf", NULL, LH_E_UNSUPPORTED, "rope_freqs.weight",
+                      "not supported");
     /* a file that is not GGUF at all keeps the config.json path's error */
     expect_open_error("manifest.txt", NULL, LH_E_CONFIG, "manifest.txt", NULL);
+}
+
+/* llama.cpp's stop ids: eos and the end-of-turn token both end a generation, as transformers'
+ * generation_config lists them. */
+static void test_stop_ids(void)
+{
+    char gguf[1200];
+    snprintf(gguf, sizeof gguf, "%s/gguf/llama-mha-f32.gguf", fixtures_dir());
+    lh_err err = {0};
+    lh_engine *e = open_model(gguf, NULL, &err);
+    CU_ASSERT_FATAL(e != NULL);
+    lh_generate_params gp = {.struct_size = sizeof gp};
+    CU_ASSERT_EQUAL(lh_engine_generation_defaults(e, &gp, &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(gp.n_stop_ids, 2);
+    CU_ASSERT_EQUAL(gp.stop_ids[0], 3);
+    CU_ASSERT_EQUAL(gp.stop_ids[1], 7);
+    lh_engine_close(e);
 }
 
 static int suite_init(void)
@@ -293,6 +314,7 @@ static CU_TestInfo tests[] = {
     {"explain plans what the GGUF file holds", test_explain_plan},
     {"a directory with one GGUF file; the magic decides", test_directory_and_magic},
     {"GGUF model-source errors", test_errors},
+    {"eos and end-of-turn ids both stop", test_stop_ids},
     CU_TEST_INFO_NULL,
 };
 
