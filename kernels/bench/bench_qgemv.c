@@ -19,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_RUNS 31
-
 static const struct {
     const char *name;
     lh_dtype dt;
@@ -29,33 +27,17 @@ static const struct {
              {"q5_k", LH_DTYPE_Q5_K}, {"q6_k", LH_DTYPE_Q6_K}};
 #define N_TYPES (int)(sizeof types / sizeof types[0])
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+/* one timed call: y = x @ w^T */
+struct call {
+    lh_kctx *ctx;
+    const lh_tensor *x, *w;
+    lh_tensor *y;
+};
 
-/* Median over runs of the mean seconds per call. */
-static double time_calls(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w, lh_tensor *y,
-                         double budget, int runs)
+static lh_status run_call(const void *arg)
 {
-    if (lh_k_matmul(ctx, x, w, NULL, y) != LH_OK) {
-        fprintf(stderr, "bench_qgemv: matmul failed: %s\n", lh_k_last_error(ctx));
-        exit(1);
-    }
-    double per[MAX_RUNS];
-    for (int r = 0; r < runs; r++) {
-        int iters = 0;
-        double t0 = now_s(), t;
-        do {
-            lh_k_matmul(ctx, x, w, NULL, y);
-            iters++;
-            t = now_s();
-        } while (t - t0 < budget / runs);
-        per[r] = (t - t0) / iters;
-    }
-    qsort(per, (size_t)runs, sizeof per[0], cmp_double);
-    return per[runs / 2];
+    const struct call *c = arg;
+    return lh_k_matmul(c->ctx, c->x, c->w, NULL, c->y);
 }
 
 /* rows x K of random blocks: random bytes, each f16 scale field set to a small value */
@@ -86,69 +68,31 @@ static void *random_blocks(lh_dtype dt, int64_t rows, int64_t K)
 
 int main(int argc, char **argv)
 {
-    double budget = 1.0;
-    int runs = 5, threads[4], n_threads = 0, gemm_m = 0;
+    bench_opts o;
+    bench_opts_init(&o);
     bool exact = true;
-    const char *type_list = NULL, *shape_list = NULL;
-    lh_k_isa isa = (lh_k_isa)-1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-            budget = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
-            runs = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc && n_threads < 4)
-            threads[n_threads++] = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--types") && i + 1 < argc)
-            type_list = argv[++i];
-        else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
-            shape_list = argv[++i];
-        else if (!strcmp(argv[i], "--gemm") && i + 1 < argc)
-            gemm_m = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--no-exact"))
+        const int got = bench_opt("bench_qgemv", argc, argv, &i, &o);
+        if (got < 0)
+            return 2;
+        if (got == 0 && !strcmp(argv[i], "--no-exact")) {
             exact = false;
-        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
-            const char *s = argv[++i];
-            isa = !strcmp(s, "scalar") ? LH_K_ISA_SCALAR
-                  : !strcmp(s, "avx2") ? LH_K_ISA_AVX2
-                  : !strcmp(s, "avx512") ? LH_K_ISA_AVX512
-                                         : (lh_k_isa)-2;
-            if ((int)isa == -2) {
-                fprintf(stderr, "bench_qgemv: --isa must be scalar, avx2 or avx512\n");
-                return 2;
-            }
-        } else {
+        } else if (got == 0) {
             fprintf(stderr, "usage: bench_qgemv [--seconds S] [--runs R] [--isa I] [--threads N]... "
                             "[--types q4_0,...] [--shapes NxK,...] [--gemm M] [--no-exact]\n");
             return 2;
         }
     }
-    if (runs < 1 || runs > MAX_RUNS || budget <= 0) {
-        fprintf(stderr, "bench_qgemv: --runs must be 1..%d and --seconds > 0\n", MAX_RUNS);
+    static const int64_t default_shapes[][2] = {{576, 576},   {1536, 576},  {576, 1536},
+                                                {49152, 576}, {2048, 2048}, {8192, 2048}};
+    if (bench_opts_finish("bench_qgemv", &o, default_shapes, 6, false) != 0)
         return 2;
-    }
-    if (n_threads == 0) {
-        threads[n_threads++] = 1;
-        threads[n_threads++] = 2;
-    }
-    int64_t shapes[16][2] = {{576, 576},     {1536, 576},   {576, 1536},
-                             {49152, 576},   {2048, 2048},  {8192, 2048}};
-    int n_shapes = 6;
-    if (shape_list) {
-        n_shapes = 0;
-        for (const char *p = shape_list; *p && n_shapes < 16;) {
-            long long n, k;
-            int used = 0;
-            if (sscanf(p, "%lldx%lld%n", &n, &k, &used) != 2 || n <= 0 || k <= 0) {
-                fprintf(stderr, "bench_qgemv: --shapes wants NxK[,NxK...]\n");
-                return 2;
-            }
-            shapes[n_shapes][0] = n;
-            shapes[n_shapes++][1] = k;
-            p += used;
-            if (*p == ',')
-                p++;
-        }
-    }
+    const double budget = o.budget;
+    const int runs = o.runs, gemm_m = o.gemm_m, n_threads = o.n_threads, n_shapes = o.n_shapes;
+    const int *threads = o.threads;
+    const char *type_list = o.types;
+    const lh_k_isa isa = o.isa;
+    const int64_t(*shapes)[2] = o.shapes;
     const int64_t M = gemm_m > 0 ? gemm_m : 1;
 
     printf("bench_qgemv: %s, M %lld, median of %d runs over %.2f s per figure\n",
@@ -191,7 +135,8 @@ int main(int argc, char **argv)
                 double v[2] = {0, 0};
                 for (int mode = 0; mode < (exact ? 2 : 1); mode++) {
                     lh_k_ctx_set_quant_matmul(ctx, mode ? LH_K_QMM_EXACT : LH_K_QMM_INT8);
-                    const double t = time_calls(ctx, &xt, &wt, &yt, budget, runs);
+                    struct call c = {ctx, &xt, &wt, &yt};
+                    const double t = bench_time("bench_qgemv", ctx, run_call, &c, budget, runs);
                     v[mode] = gemm_m > 0 ? 2.0 * (double)(M * N * K) / t * 1e-9 : wbytes / t * 1e-9;
                 }
                 char shape[32];

@@ -20,8 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_RUNS 31
-
 static const struct {
     const char *name;
     lh_dtype dt;
@@ -30,12 +28,6 @@ static const struct {
              {"int4", LH_DTYPE_INT4, 1, 128},
              {"fp8", LH_DTYPE_FP8_E4M3, 128, 128}};
 #define N_TYPES (int)(sizeof types / sizeof types[0])
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* one call of the timed product: the scaled weight in a mode, or a plain one (scale NULL) */
 struct call {
@@ -54,93 +46,34 @@ static lh_status run(const struct call *c)
     return lh_k_matmul(c->ctx, c->x, c->w, NULL, c->y);
 }
 
-/* median over runs of the mean seconds per call */
-static double time_calls(const struct call *c, double budget, int runs)
+static lh_status run_call(const void *arg)
 {
-    if (run(c) != LH_OK) {
-        fprintf(stderr, "bench_scaled: matmul failed: %s\n", lh_k_last_error(c->ctx));
-        exit(1);
-    }
-    double per[MAX_RUNS];
-    for (int r = 0; r < runs; r++) {
-        int iters = 0;
-        double t0 = now_s(), t;
-        do {
-            run(c);
-            iters++;
-            t = now_s();
-        } while (t - t0 < budget / runs);
-        per[r] = (t - t0) / iters;
-    }
-    qsort(per, (size_t)runs, sizeof per[0], cmp_double);
-    return per[runs / 2];
-}
-
-static lh_k_isa parse_isa(const char *s)
-{
-    return !strcmp(s, "scalar") ? LH_K_ISA_SCALAR
-           : !strcmp(s, "avx2") ? LH_K_ISA_AVX2
-           : !strcmp(s, "avx512") ? LH_K_ISA_AVX512
-                                  : (lh_k_isa)-2;
+    return run(arg);
 }
 
 int main(int argc, char **argv)
 {
-    double budget = 1.0;
-    int runs = 5, threads[4], n_threads = 0, gemm_m = 0;
-    const char *type_list = NULL, *shape_list = NULL;
-    lh_k_isa isa = (lh_k_isa)-1;
+    bench_opts o;
+    bench_opts_init(&o);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-            budget = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
-            runs = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc && n_threads < 4)
-            threads[n_threads++] = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--types") && i + 1 < argc)
-            type_list = argv[++i];
-        else if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
-            shape_list = argv[++i];
-        else if (!strcmp(argv[i], "--gemm") && i + 1 < argc)
-            gemm_m = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
-            isa = parse_isa(argv[++i]);
-            if ((int)isa == -2) {
-                fprintf(stderr, "bench_scaled: --isa must be scalar, avx2 or avx512\n");
-                return 2;
-            }
-        } else {
+        const int got = bench_opt("bench_scaled", argc, argv, &i, &o);
+        if (got < 0)
+            return 2;
+        if (got == 0) {
             fprintf(stderr, "usage: bench_scaled [--seconds S] [--runs R] [--isa I] [--threads N]... "
                             "[--types int8,int4,fp8] [--shapes NxK,...] [--gemm M]\n");
             return 2;
         }
     }
-    if (runs < 1 || runs > MAX_RUNS || budget <= 0) {
-        fprintf(stderr, "bench_scaled: --runs must be 1..%d and --seconds > 0\n", MAX_RUNS);
+    static const int64_t default_shapes[][2] = {{576, 576}, {2048, 2048}, {8192, 2048}};
+    if (bench_opts_finish("bench_scaled", &o, default_shapes, 3, true) != 0)
         return 2;
-    }
-    if (n_threads == 0) {
-        threads[n_threads++] = 1;
-        threads[n_threads++] = 2;
-    }
-    int64_t shapes[16][2] = {{576, 576}, {2048, 2048}, {8192, 2048}};
-    int n_shapes = 3;
-    if (shape_list) {
-        n_shapes = 0;
-        for (const char *p = shape_list; *p && n_shapes < 16;) {
-            long long n, k;
-            int used = 0;
-            if (sscanf(p, "%lldx%lld%n", &n, &k, &used) != 2 || n <= 0 || k <= 0 || k % 2) {
-                fprintf(stderr, "bench_scaled: --shapes wants NxK[,NxK...] with K even\n");
-                return 2;
-            }
-            shapes[n_shapes][0] = n;
-            shapes[n_shapes++][1] = k;
-            p += used;
-            if (*p == ',')
-                p++;
-        }
-    }
+    const double budget = o.budget;
+    const int runs = o.runs, gemm_m = o.gemm_m, n_threads = o.n_threads, n_shapes = o.n_shapes;
+    const int *threads = o.threads;
+    const char *type_list = o.types;
+    const lh_k_isa isa = o.isa;
+    const int64_t(*shapes)[2] = o.shapes;
     const int64_t M = gemm_m > 0 ? gemm_m : 1;
 
     printf("bench_scaled: %s, M %lld, median of %d runs over %.2f s per figure\n",
@@ -204,7 +137,8 @@ int main(int argc, char **argv)
                                          4.0 * (double)(N * K)};
                 double v[4];
                 for (int c = 0; c < 4; c++) {
-                    const double t = time_calls(&calls[c], budget, runs);
+                    const double t = bench_time("bench_scaled", calls[c].ctx, run_call, &calls[c], budget,
+                                                runs);
                     v[c] = gemm_m > 0 ? 2.0 * (double)(M * N * K) / t * 1e-9 : bytes[c] / t * 1e-9;
                 }
                 char shape[32], blocks[24];

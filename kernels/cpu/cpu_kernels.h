@@ -326,4 +326,15 @@ static inline int64_t lh_cpu_numel(const lh_tensor *t)
     return n;
 }
 
+/* Element i of a matmul bias of dtype dt (f32, bf16 or f16), widened exactly to f32: what every
+ * matmul driver (matmul.c, qmatmul.c, scaled_qmm.c) adds to its outputs. */
+static inline float lh_cpu_bias_at(const void *bias, lh_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case LH_DTYPE_BF16: return lh_k_bf16_to_f32(((const uint16_t *)bias)[i]);
+    case LH_DTYPE_F16: return lh_k_f16_to_f32(((const uint16_t *)bias)[i]);
+    default: return ((const float *)bias)[i];
+    }
+}
+
 #endif

@@ -41,15 +41,6 @@ struct mm_job {
     int mr, nr, nr1;
 };
 
-static float bias_at(const struct mm_job *j, int64_t i)
-{
-    switch (j->bias_dtype) {
-    case LH_DTYPE_BF16: return lh_k_bf16_to_f32(((const uint16_t *)j->bias)[i]);
-    case LH_DTYPE_F16: return lh_k_f16_to_f32(((const uint16_t *)j->bias)[i]);
-    default: return ((const float *)j->bias)[i];
-    }
-}
-
 /* The weight panel the tiles read next, rows [n, n + nr) x columns [k0, k0 + kc), and its
  * row stride: in place for f32 / bf16 / f16 weights; decoded into the thread's buffer just
  * before, so that it is in L1 when the tiles read it, for quantized ones. */
@@ -121,7 +112,7 @@ static void mm_task(int64_t t, int tid, void *user)
         const float *ar = acc + i * LH_MM_NB;
         if (j->bias)
             for (int64_t c = 0; c < cols; c++)
-                yr[c] = ar[c] + bias_at(j, n0 + c);
+                yr[c] = ar[c] + lh_cpu_bias_at(j->bias, j->bias_dtype, n0 + c);
         else
             memcpy(yr, ar, (size_t)cols * sizeof(float));
     }

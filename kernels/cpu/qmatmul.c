@@ -49,15 +49,6 @@ struct qmm_job {
     int64_t quant_rows; /* x rows per quantization task */
 };
 
-static float bias_at(const struct qmm_job *j, int64_t i)
-{
-    switch (j->bias_dtype) {
-    case LH_DTYPE_BF16: return lh_k_bf16_to_f32(((const uint16_t *)j->bias)[i]);
-    case LH_DTYPE_F16: return lh_k_f16_to_f32(((const uint16_t *)j->bias)[i]);
-    default: return ((const float *)j->bias)[i];
-    }
-}
-
 static void quant_task(int64_t t, int tid, void *user)
 {
     (void)tid;
@@ -83,7 +74,7 @@ static void dot_task(int64_t t, int tid, void *user)
     if (j->bias)
         for (int64_t m = m0; m < m1; m++)
             for (int64_t n = n0; n < n1; n++)
-                j->y[m * j->N + n] = j->y[m * j->N + n] + bias_at(j, n);
+                j->y[m * j->N + n] = j->y[m * j->N + n] + lh_cpu_bias_at(j->bias, j->bias_dtype, n);
 }
 
 static size_t round64(size_t n)

@@ -17,17 +17,9 @@
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 
-static LH_ALWAYS_INLINE TGT float f16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    return _cvtsh_ss(h);
-}
+#include "qmm_simd.inc"
 
-static LH_ALWAYS_INLINE TGT __m256i load256(const void *p)
-{
-    return _mm256_loadu_si256((const __m256i *)p);
-}
+
 
 static LH_ALWAYS_INLINE TGT int hsum_i32(__m256i v)
 {
@@ -125,28 +117,10 @@ static LH_ALWAYS_INLINE TGT __m256i lane_sums(const int qt, __m256i wv, __m256i 
     return lofs ? _mm256_add_epi32(p, load256(lofs)) : p;
 }
 
-static const int bbytes32[LH_QT_Q8_0 + 1] = {18, 20, 22, 24, 34};
-
 /* the types whose kernels add the activation's lofs (the table's off[] below) */
 static LH_ALWAYS_INLINE bool has_lofs(const int qt)
 {
     return qt == LH_QT_Q4_0 || qt == LH_QT_Q5_0;
-}
-
-static LH_ALWAYS_INLINE uint64_t u16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    return h;
-}
-
-/* the f16 at each pointer, widened (as lh_k_f16_to_f32: exact); packed in a general register
- * first, which keeps the vector shuffle port free */
-static LH_ALWAYS_INLINE TGT __m128 f16x4(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2,
-                                         const uint8_t *p3)
-{
-    const uint64_t h = u16_at(p0) | u16_at(p1) << 16 | u16_at(p2) << 32 | u16_at(p3) << 48;
-    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
 }
 
 /* Block b of weight row w into lane group g of the mr rows' accumulators (the blocks after
@@ -317,35 +291,8 @@ static LH_ALWAYS_INLINE TGT void ints_q6k(const int mr, const uint8_t *blk, cons
     }
 }
 
-static LH_ALWAYS_INLINE TGT void dot_k(const int qt, const int mr, const uint8_t *w, const lh_qact *a,
-                                       int64_t m, float *out)
-{
-    static const int bbytes[3] = {144, 176, 210};
-    float acc[LH_QMM_MR_MAX] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t b = 0; b < a->nb; b++) {
-        const uint8_t *blk = w + b * bbytes[qt - LH_QT_Q4_K];
-        int isum[LH_QMM_MR_MAX], msum[LH_QMM_MR_MAX];
-        if (qt == LH_QT_Q6_K) {
-            ints_q6k(mr, blk, a, m, b, isum);
-            const float d = f16_at(blk + 208);
-            for (int r = 0; r < mr; r++)
-                acc[r] = acc[r] + (d * a->d[(m + r) * a->nb + b]) * (float)isum[r];
-            continue;
-        }
-        ints_q45k(qt == LH_QT_Q5_K, mr, blk, a, m, b, isum, msum);
-        const float d = f16_at(blk), dmin = f16_at(blk + 2);
-        for (int r = 0; r < mr; r++) {
-            const float dx = a->d[(m + r) * a->nb + b];
-            acc[r] = acc[r] + (d * dx) * (float)isum[r];
-            acc[r] = acc[r] - (dmin * dx) * (float)msum[r];
-        }
-    }
-    for (int r = 0; r < mr; r++)
-        out[r] = acc[r];
-}
-
-/* Entry points: the 32-element types take x rows two at a time (eight accumulator registers of
- * sixteen), the K types four. */
+/* Entry points of the 32-element types: x rows two at a time (eight accumulator registers of
+ * sixteen); the K types' (four rows) are qmm_simd.inc's. */
 #define DOT32_FN(name, qt)                                                                      \
     static TGT void name(const uint8_t *w, size_t wrow, int64_t nw, const lh_qact *a, int64_t m, \
                          int mr, float *y, int64_t ldy)                                         \
@@ -365,31 +312,11 @@ static LH_ALWAYS_INLINE TGT void dot_k(const int qt, const int mr, const uint8_t
             }                                                                                   \
         }                                                                                       \
     }
-#define DOTK_FN(name, qt)                                                                       \
-    static TGT void name(const uint8_t *w, size_t wrow, int64_t nw, const lh_qact *a, int64_t m, \
-                         int mr, float *y, int64_t ldy)                                         \
-    {                                                                                           \
-        for (int64_t n = 0; n < nw; n++) {                                                      \
-            const uint8_t *wn = w + (size_t)n * wrow;                                           \
-            float o[LH_QMM_MR_MAX];                                                             \
-            switch (mr) {                                                                       \
-            case 1: dot_k(qt, 1, wn, a, m, o); break;                                           \
-            case 2: dot_k(qt, 2, wn, a, m, o); break;                                           \
-            case 3: dot_k(qt, 3, wn, a, m, o); break;                                           \
-            default: dot_k(qt, 4, wn, a, m, o); break;                                          \
-            }                                                                                   \
-            for (int i = 0; i < mr; i++)                                                        \
-                y[i * ldy + n] = o[i];                                                          \
-        }                                                                                       \
-    }
 DOT32_FN(dot_q4_0, LH_QT_Q4_0)
 DOT32_FN(dot_q4_1, LH_QT_Q4_1)
 DOT32_FN(dot_q5_0, LH_QT_Q5_0)
 DOT32_FN(dot_q5_1, LH_QT_Q5_1)
 DOT32_FN(dot_q8_0, LH_QT_Q8_0)
-DOTK_FN(dot_q4_k, LH_QT_Q4_K)
-DOTK_FN(dot_q5_k, LH_QT_Q5_K)
-DOTK_FN(dot_q6_k, LH_QT_Q6_K)
 
 const lh_qmm_ops lh_qmm_ops_avx2 = {
     "avx2",

@@ -25,6 +25,8 @@
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
+#include "qmm_simd.inc"
+
 bool lh_qmm_avx512_supported(void)
 {
     static _Atomic int known = -1; /* asked once per call of lh_k_matmul: remembered */
@@ -36,18 +38,6 @@ bool lh_qmm_avx512_supported(void)
         atomic_store_explicit(&known, k, memory_order_relaxed);
     }
     return k != 0;
-}
-
-static LH_ALWAYS_INLINE TGT float f16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    return _cvtsh_ss(h);
-}
-
-static LH_ALWAYS_INLINE TGT __m256i load256(const void *p)
-{
-    return _mm256_loadu_si256((const __m256i *)p);
 }
 
 static LH_ALWAYS_INLINE TGT __m512i load512(const void *p)
@@ -76,7 +66,6 @@ static LH_ALWAYS_INLINE TGT int hsum_i32(__m512i v)
 
 /* ---- 32-element types ------------------------------------------------------------------------ */
 
-static const int bbytes32[LH_QT_Q8_0 + 1] = {18, 20, 22, 24, 34};
 
 /* The nibbles of blocks b0 (and b1: NULL for none, zeros) as
  * [b0 lo, b0 hi, b1 lo, b1 hi] (128-bit lanes): each block's elements 0..31 in order. Built
@@ -148,22 +137,6 @@ static LH_ALWAYS_INLINE TGT __m512i pair_lanes(const int qt, const bool single, 
         p = single ? _mm512_zextsi256_si512(load256(o)) : load512(o);
     }
     return _mm512_dpbusd_epi32(p, wv, qa);
-}
-
-static LH_ALWAYS_INLINE uint64_t u16_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    return h;
-}
-
-/* the f16 at each pointer, widened (as lh_k_f16_to_f32: exact); packed in a general register
- * first, which keeps the vector shuffle port free */
-static LH_ALWAYS_INLINE TGT __m128 f16x4(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2,
-                                         const uint8_t *p3)
-{
-    const uint64_t h = u16_at(p0) | u16_at(p1) << 16 | u16_at(p2) << 32 | u16_at(p3) << 48;
-    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
 }
 
 /* Blocks b .. b + 3 into acc[r][0] (groups 0, 1) and acc[r][1] (groups 2, 3): the four scale
@@ -345,58 +318,11 @@ static LH_ALWAYS_INLINE TGT void ints_q6k(const int mr, const uint8_t *blk, cons
     }
 }
 
-static LH_ALWAYS_INLINE TGT void dot_k(const int qt, const int mr, const uint8_t *w, const lh_qact *a,
-                                       int64_t m, float *out)
-{
-    static const int bbytes[3] = {144, 176, 210};
-    float acc[LH_QMM_MR_MAX] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t b = 0; b < a->nb; b++) {
-        const uint8_t *blk = w + b * bbytes[qt - LH_QT_Q4_K];
-        int isum[LH_QMM_MR_MAX], msum[LH_QMM_MR_MAX];
-        if (qt == LH_QT_Q6_K) {
-            ints_q6k(mr, blk, a, m, b, isum);
-            const float d = f16_at(blk + 208);
-            for (int r = 0; r < mr; r++)
-                acc[r] = acc[r] + (d * a->d[(m + r) * a->nb + b]) * (float)isum[r];
-            continue;
-        }
-        ints_q45k(qt == LH_QT_Q5_K, mr, blk, a, m, b, isum, msum);
-        const float d = f16_at(blk), dmin = f16_at(blk + 2);
-        for (int r = 0; r < mr; r++) {
-            const float dx = a->d[(m + r) * a->nb + b];
-            acc[r] = acc[r] + (d * dx) * (float)isum[r];
-            acc[r] = acc[r] - (dmin * dx) * (float)msum[r];
-        }
-    }
-    for (int r = 0; r < mr; r++)
-        out[r] = acc[r];
-}
-
-#define DOT_FN(name, qt, body)                                                                  \
-    static TGT void name(const uint8_t *w, size_t wrow, int64_t nw, const lh_qact *a, int64_t m, \
-                         int mr, float *y, int64_t ldy)                                         \
-    {                                                                                           \
-        for (int64_t n = 0; n < nw; n++) {                                                      \
-            const uint8_t *wn = w + (size_t)n * wrow;                                           \
-            float o[LH_QMM_MR_MAX];                                                             \
-            switch (mr) {                                                                       \
-            case 1: body(qt, 1, wn, a, m, o); break;                                            \
-            case 2: body(qt, 2, wn, a, m, o); break;                                            \
-            case 3: body(qt, 3, wn, a, m, o); break;                                            \
-            default: body(qt, 4, wn, a, m, o); break;                                           \
-            }                                                                                   \
-            for (int i = 0; i < mr; i++)                                                        \
-                y[i * ldy + n] = o[i];                                                          \
-        }                                                                                       \
-    }
-DOT_FN(dot_q4_0, LH_QT_Q4_0, dot32)
-DOT_FN(dot_q4_1, LH_QT_Q4_1, dot32)
-DOT_FN(dot_q5_0, LH_QT_Q5_0, dot32)
-DOT_FN(dot_q5_1, LH_QT_Q5_1, dot32)
-DOT_FN(dot_q8_0, LH_QT_Q8_0, dot32)
-DOT_FN(dot_q4_k, LH_QT_Q4_K, dot_k)
-DOT_FN(dot_q5_k, LH_QT_Q5_K, dot_k)
-DOT_FN(dot_q6_k, LH_QT_Q6_K, dot_k)
+QMM_DOT_FN(dot_q4_0, LH_QT_Q4_0, dot32)
+QMM_DOT_FN(dot_q4_1, LH_QT_Q4_1, dot32)
+QMM_DOT_FN(dot_q5_0, LH_QT_Q5_0, dot32)
+QMM_DOT_FN(dot_q5_1, LH_QT_Q5_1, dot32)
+QMM_DOT_FN(dot_q8_0, LH_QT_Q8_0, dot32)
 
 const lh_qmm_ops lh_qmm_ops_avx512 = {
     "avx512",

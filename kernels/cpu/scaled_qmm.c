@@ -59,15 +59,6 @@ struct sq_job {
     int64_t n_nb, quant_rows;
 };
 
-static float bias_at(const struct sq_job *j, int64_t i)
-{
-    switch (j->bias_dtype) {
-    case LH_DTYPE_BF16: return lh_k_bf16_to_f32(((const uint16_t *)j->bias)[i]);
-    case LH_DTYPE_F16: return lh_k_f16_to_f32(((const uint16_t *)j->bias)[i]);
-    default: return ((const float *)j->bias)[i];
-    }
-}
-
 static void quant_task(int64_t t, int tid, void *user)
 {
     (void)tid;
@@ -106,7 +97,7 @@ static void dot_task(int64_t t, int tid, void *user)
                 for (int i = 0; i < mr; i++) {
                     float v = (float)isum[i * LH_SQ_NR + c] * (s * j->d[m + i]);
                     if (j->bias)
-                        v = v + bias_at(j, n + c);
+                        v = v + lh_cpu_bias_at(j->bias, j->bias_dtype, n + c);
                     j->y[(size_t)(m + i) * (size_t)j->N + (size_t)(n + c)] = v;
                 }
             }
