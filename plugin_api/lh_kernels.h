@@ -67,7 +67,17 @@ LH_EXPORT void lh_k_convert_f32_to_fp8_e4m3(const float *src, uint8_t *dst, size
 
 typedef struct lh_kctx lh_kctx;
 
-typedef enum lh_k_isa { LH_K_ISA_SCALAR = 0, LH_K_ISA_AVX2 = 1, LH_K_ISA_AVX512 = 2 } lh_k_isa;
+/* The CPU kernels' instruction sets. LH_K_ISA_AMX is the AVX-512 kernels plus Intel AMX tiles
+ * (AMX-TILE and AMX-INT8, the kernel's permission to use them asked once per process with
+ * arch_prctl) for lh_k_matmul of block-type weights at M >= 16 in LH_K_QMM_INT8 mode; see
+ * there for its arithmetic. The best one the CPU and OS allow is the default (environment
+ * LLMHOST_KERNELS_ISA = scalar | avx2 | avx512 | amx | auto chooses another). */
+typedef enum lh_k_isa {
+    LH_K_ISA_SCALAR = 0,
+    LH_K_ISA_AVX2 = 1,
+    LH_K_ISA_AVX512 = 2,
+    LH_K_ISA_AMX = 3
+} lh_k_isa;
 
 /* Creates a context with `n_threads` workers for `device` (n_threads <= 0: the number of
  * online cores; ignored for CUDA, whose work runs on the device). Returns NULL on allocation
@@ -93,7 +103,12 @@ LH_EXPORT const char *lh_k_isa_name(lh_k_isa isa);
  *                  amax / 254), so |y - y_exact| is at most about sum |w| amax / 254 over the
  *                  row (measured on uniform random x: about 5e-4 of sum |w||x|). A block of x
  *                  holding inf or NaN makes that row's outputs NaN. The exact arithmetic is
- *                  specified in kernels/cpu/qmatmul.h.
+ *                  specified in kernels/cpu/qmatmul.h. One exception to "every ISA": with
+ *                  LH_K_ISA_AMX and M >= 16, the 32-element types (q4_0, q4_1, q5_0, q5_1,
+ *                  q8_0) sum each block's integer products whole before scaling it (the AMX
+ *                  scheme of qmatmul.h), which rounds differently from the lane-wise sums of
+ *                  the other paths (the same bound holds; the K types give the same bits
+ *                  there too). That result is still the same on every thread count and M >= 16.
  *   LH_K_QMM_EXACT each weight row decoded to f32 and run through the f32 kernels: y is
  *                  bit-identical to lh_k_dequantize(w) followed by the f32 matmul (slower).
  * Per context; it also chooses lh_k_matmul_scaled's path for int8 weights with one scale per
@@ -121,7 +136,8 @@ LH_EXPORT void lh_k_parallel_for(lh_kctx *ctx, int64_t n, lh_k_task_fn fn, void 
  * K / block elements' blocks; K a multiple of the block, else LH_E_USAGE; bias stays f32, bf16
  * or f16), computed as the context's lh_k_ctx_set_quant_matmul says: by default with x
  * quantized to 8 bits and integer dot products (LH_K_QMM_INT8: the same bits on every ISA and
- * thread count, close to but not the f32 result); with LH_K_QMM_EXACT each weight row is
+ * thread count but for the AMX exception described at lh_k_qmm, close to but not the f32
+ * result); with LH_K_QMM_EXACT each weight row is
  * decoded to f32 and run through the f32 kernels, so y is bit-identical to lh_k_dequantize(w)
  * followed by lh_k_matmul with the f32 weight. On a CUDA context a block-type w is
  * LH_E_UNSUPPORTED (not implemented yet: dequantize it first). */

@@ -106,9 +106,10 @@ static inline int bench_opt(const char *prog, int argc, char **argv, int *i, ben
         o->isa = !strcmp(s, "scalar") ? LH_K_ISA_SCALAR
                  : !strcmp(s, "avx2") ? LH_K_ISA_AVX2
                  : !strcmp(s, "avx512") ? LH_K_ISA_AVX512
+                 : !strcmp(s, "amx")    ? LH_K_ISA_AMX
                                         : (lh_k_isa)-2;
         if ((int)o->isa == -2) {
-            fprintf(stderr, "%s: --isa must be scalar, avx2 or avx512\n", prog);
+            fprintf(stderr, "%s: --isa must be scalar, avx2, avx512 or amx\n", prog);
             return -1;
         }
     } else

@@ -41,6 +41,8 @@ static bool parse_isa(const char *s, lh_k_isa *out)
         *out = LH_K_ISA_AVX2;
     else if (!strcmp(s, "avx512"))
         *out = LH_K_ISA_AVX512;
+    else if (!strcmp(s, "amx"))
+        *out = LH_K_ISA_AMX;
     else
         return false;
     return true;
@@ -102,7 +104,7 @@ lh_kctx *lh_k_ctx_create(int n_threads, lh_device device)
         if (!parse_isa(env, &isa)) {
             lh_kerr(NULL, LH_E_USAGE,
                     "lh_k_ctx_create: LLMHOST_KERNELS_ISA='%s' is not one of scalar, avx2, avx512, "
-                    "auto",
+                    "amx, auto",
                     env);
             return NULL;
         }
@@ -163,7 +165,8 @@ lh_status lh_k_ctx_set_isa(lh_kctx *ctx, lh_k_isa isa)
 {
     if (!ctx)
         return lh_kerr(NULL, LH_E_USAGE, "lh_k_ctx_set_isa: ctx is NULL");
-    if (isa != LH_K_ISA_SCALAR && isa != LH_K_ISA_AVX2 && isa != LH_K_ISA_AVX512)
+    if (isa != LH_K_ISA_SCALAR && isa != LH_K_ISA_AVX2 && isa != LH_K_ISA_AVX512 &&
+        isa != LH_K_ISA_AMX)
         return lh_kerr(ctx, LH_E_USAGE, "lh_k_ctx_set_isa: %d is not an lh_k_isa value", (int)isa);
     if (!lh_cpu_isa_supported(isa))
         return lh_kerr(ctx, LH_E_UNSUPPORTED,

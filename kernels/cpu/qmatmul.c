@@ -9,7 +9,9 @@
  * Each output is one dot call's value (plus the bias), computed the same way wherever it fell,
  * so the result depends on neither the thread count nor the tiling.
  *
- * Used for every M, prefill included: the exact path is not faster for large M either. Measured
+ * With LH_K_ISA_AMX and M >= LH_QMM_AMX_MIN_M the dot tasks are qmm_amx.c's tile kernel
+ * instead (the quantization is the same). Otherwise the dot kernels serve every M, prefill
+ * included: the exact path is not faster for large M either. Measured
  * (bench_qgemv --gemm, one thread, w 2048 x 2048, AVX-512 and AVX2): at M = 64 and M = 512 the
  * integer path took 0.55 to 0.9 of the exact path's time for every type (q4_0 5.3 vs 8.2 ms,
  * q6_k 8.7 vs 14.3 ms at M = 64), since a weight block is decoded about as fast either way and
@@ -27,7 +29,8 @@ static const lh_qmm_ops *qmm_ops(lh_k_isa isa)
 #if LH_CPU_X86
     /* the AVX-512 kernels need BW, VL and VNNI besides AVX-512F; without them the AVX2 ones,
      * which give the same bits (the scheme does not depend on the ISA) */
-    case LH_K_ISA_AVX512: return lh_qmm_avx512_supported() ? &lh_qmm_ops_avx512 : &lh_qmm_ops_avx2;
+    case LH_K_ISA_AVX512:
+    case LH_K_ISA_AMX: return lh_qmm_avx512_supported() ? &lh_qmm_ops_avx512 : &lh_qmm_ops_avx2;
     case LH_K_ISA_AVX2: return &lh_qmm_ops_avx2;
 #endif
     default: return &lh_qmm_ops_scalar;
@@ -106,12 +109,14 @@ lh_status lh_cpu_qmatmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
     a->K = j.K;
     a->qb = lh_qt_is_k(qt) ? 256 : 32;
     a->nb = j.K / a->qb;
-    a->off = j.ops->off[qt];
+    const bool amx = ctx->isa == LH_K_ISA_AMX && j.M >= LH_QMM_AMX_MIN_M;
+    a->off = amx ? 0 : j.ops->off[qt]; /* the tiles multiply signed bytes: no offsets */
     const size_t mk = (size_t)j.M * (size_t)j.K, mnb = (size_t)j.M * (size_t)a->nb;
     const size_t o_d = round64(mk), o_s = o_d + round64(mnb * sizeof(float));
     const size_t o_lofs = o_s + (lh_qt_has_min(qt) ? round64(mnb * sizeof(float)) : 0);
     const size_t o_bsum = o_lofs + (a->off ? round64(mnb * 8 * sizeof(int32_t)) : 0);
-    const size_t total = o_bsum + (lh_qt_is_k(qt) ? round64(mk / 16 * sizeof(int16_t)) : 0);
+    const size_t o_amx = o_bsum + (lh_qt_is_k(qt) ? round64(mk / 16 * sizeof(int16_t)) : 0);
+    const size_t total = o_amx + (amx ? lh_qmm_amx_shared_bytes(qt, j.M, j.K, a->nb) : 0);
     unsigned char *mem = lh_cpu_arena(ctx, total);
     if (!mem)
         return lh_kerr(ctx, LH_E_NOMEM,
@@ -131,6 +136,9 @@ lh_status lh_cpu_qmatmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
         j.quant_rows = (int64_t)(QMM_QUANT_INLINE / (size_t)j.K) + 1;
         lh_cpu_parallel(ctx, (j.M + j.quant_rows - 1) / j.quant_rows, quant_task, &j);
     }
+    if (amx)
+        return lh_qmm_amx_run(ctx, qt, a, j.w, j.wrow_bytes, j.N, j.bias, j.bias_dtype, j.y,
+                              mem + o_amx);
     j.n_nb = (j.N + QMM_NB - 1) / QMM_NB;
     lh_cpu_parallel(ctx, (j.M + QMM_MB - 1) / QMM_MB * j.n_nb, dot_task, &j);
     return LH_OK;

@@ -43,6 +43,17 @@
  *
  * 4. With a bias, y = y + bias[n] (one f32 addition, as the f32 matmul adds it).
  *
+ * AMX (LH_K_ISA_AMX and M >= LH_QMM_AMX_MIN_M; qmm_amx.c): the same quantized x. The K types
+ * are computed exactly as in 3. (the tiles make the sub-block and group sums, which are exact
+ * integers), so they give the reference's bits. The 32-element types sum a block whole:
+ *      isum = sum over e < 32 of w[e] * q[e]                                      (exact int32)
+ *      acc = fma(dw * d, (float)isum, acc)         (one running sum from +0, blocks in order)
+ *      q4_1, q5_1: then acc = fma(mw, s, acc)
+ *      y = acc
+ *    (fma: one rounding). That is not the bits of 2. -- fewer roundings, in another order -- but
+ *    it is the same for every M >= LH_QMM_AMX_MIN_M, tiling and thread count, and the bound
+ *    below holds for it too.
+ *
  * How far that is from the dequantize + f32 result: |y - y_exact| <= sum_e |w_e| |x_e - d q_e|
  * + f32 rounding, and |x_e - d q_e| <= d / 2 (1 + 2^-14) for a block's scale d (a block that
  * quantizes to zero: |x_e|); test_qmatmul_int8.c checks that bound. */
@@ -130,6 +141,16 @@ static inline void lh_qmm_k_scales(const uint8_t *s, uint64_t *sc, uint64_t *m)
     *sc = (uint64_t)(a & 0x3f3f3f3fu) | (uint64_t)((c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u)) << 32;
     *m = (uint64_t)(b & 0x3f3f3f3fu) | (uint64_t)(((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u)) << 32;
 }
+/* The weight integers of one block as the scheme defines them, from the block's bytes.
+ * 32-element types: w[32] (q4_0 nibble - 8, q5_0 5-bit value - 16, q8_0 the byte, q4_1 / q5_1
+ * the unsigned value), the f16 scale *dw and min *mw (0 where the type has none).
+ * K types (one 256-element super-block): w[256] (q4_k / q5_k the unsigned 4 / 5-bit value,
+ * q6_k the unsigned 6-bit u), sc[8] and mn[8] the sub-block scales and mins of q4_k / q5_k,
+ * sc[16] the group scales of q6_k (mn untouched), *d and *dmin the f16 factors (dmin 0 for
+ * q6_k). The reference decodes with them; the AMX kernel (qmm_amx.c) packs its tiles from them. */
+void lh_qmm_block_ints(int qt, const uint8_t *b, int8_t w[32], float *dw, float *mw);
+void lh_qmm_super_ints(int qt, const uint8_t *blk, int8_t w[256], int sc[16], int mn[8], float *d,
+                       float *dmin);
 /* Everything of a row's quantization but the q and d themselves: s, lofs, bsum from q. */
 void lh_qmm_quant_extras(lh_qact *a, int64_t m);
 
@@ -137,6 +158,24 @@ static inline float lh_qmm_f16(const uint8_t *p)
 {
     return lh_k_f16_to_f32((uint16_t)(p[0] | (uint16_t)p[1] << 8));
 }
+
+/* The AMX path (qmm_amx.c). lh_qmm_amx_supported: whether the CPU has AMX-TILE and AMX-INT8
+ * (and what the AVX-512 table needs), the OS enables their state and grants this process the
+ * tile data (arch_prctl, asked on the first call; remembered). lh_qmm_amx_run computes y
+ * [a->M, N] (the bias added) from the quantized activations a (a->M >= LH_QMM_AMX_MIN_M) and
+ * the block-type weight w (rows of wrow bytes), using `shared` (lh_qmm_amx_shared_bytes(qt,
+ * a->M, a->K, a->nb) bytes, 64-byte aligned, the caller's) and the context's per-thread
+ * scratch; LH_E_NOMEM (message on ctx) when that scratch cannot be had. */
+#define LH_QMM_AMX_MIN_M 16
+static inline int64_t lh_qmm_amx_mpad(int64_t M)
+{
+    return (M + 15) & ~(int64_t)15;
+}
+bool lh_qmm_amx_supported(void);
+size_t lh_qmm_amx_shared_bytes(int qt, int64_t M, int64_t K, int64_t nb);
+lh_status lh_qmm_amx_run(lh_kctx *ctx, int qt, const lh_qact *a, const uint8_t *w, size_t wrow,
+                         int64_t N, const void *bias, lh_dtype bias_dtype, float *y,
+                         unsigned char *shared);
 
 /* lh_k_matmul with a block-type w in LH_K_QMM_INT8 mode (arguments checked; qmatmul.c). */
 lh_status lh_cpu_qmatmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,

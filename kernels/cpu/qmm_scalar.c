@@ -63,23 +63,22 @@ static void quant_scalar(const float *x, lh_qact *a, int64_t m)
 
 /* ---- 32-element types ------------------------------------------------------------------------ */
 
-/* The integers w[32] of one block and its scale and min (mw 0 where the type has none). */
-static void block_ints(int qt, const uint8_t *b, int w[32], float *dw, float *mw)
+void lh_qmm_block_ints(int qt, const uint8_t *b, int8_t w[32], float *dw, float *mw)
 {
     *dw = lh_qmm_f16(b);
     *mw = 0.0f;
     switch (qt) {
     case LH_QT_Q4_0:
         for (int j = 0; j < 16; j++) {
-            w[j] = (b[2 + j] & 0x0f) - 8;
-            w[j + 16] = (b[2 + j] >> 4) - 8;
+            w[j] = (int8_t)((b[2 + j] & 0x0f) - 8);
+            w[j + 16] = (int8_t)((b[2 + j] >> 4) - 8);
         }
         break;
     case LH_QT_Q4_1:
         *mw = lh_qmm_f16(b + 2);
         for (int j = 0; j < 16; j++) {
-            w[j] = b[4 + j] & 0x0f;
-            w[j + 16] = b[4 + j] >> 4;
+            w[j] = (int8_t)(b[4 + j] & 0x0f);
+            w[j + 16] = (int8_t)(b[4 + j] >> 4);
         }
         break;
     case LH_QT_Q5_0:
@@ -91,16 +90,50 @@ static void block_ints(int qt, const uint8_t *b, int w[32], float *dw, float *mw
         const uint32_t qh = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
                             (uint32_t)h[3] << 24;
         for (int j = 0; j < 16; j++) {
-            w[j] = ((qs[j] & 0x0f) | (int)((qh >> j) & 1u) << 4) - (one ? 0 : 16);
-            w[j + 16] = ((qs[j] >> 4) | (int)((qh >> (j + 16)) & 1u) << 4) - (one ? 0 : 16);
+            w[j] = (int8_t)(((qs[j] & 0x0f) | (int)((qh >> j) & 1u) << 4) - (one ? 0 : 16));
+            w[j + 16] = (int8_t)(((qs[j] >> 4) | (int)((qh >> (j + 16)) & 1u) << 4) - (one ? 0 : 16));
         }
         break;
     }
     default: /* q8_0 */
-        for (int j = 0; j < 32; j++)
-            w[j] = (int8_t)b[2 + j];
+        memcpy(w, b + 2, 32);
         break;
     }
+}
+
+void lh_qmm_super_ints(int qt, const uint8_t *blk, int8_t w[256], int sc[16], int mn[8], float *d,
+                       float *dmin)
+{
+    if (qt == LH_QT_Q6_K) {
+        const uint8_t *ql = blk, *qh = blk + 128;
+        for (int e = 0; e < 256; e++) {
+            const int h = e / 128, r = e % 128;
+            const int lo = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0f;
+            const int hi = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 0x03;
+            w[e] = (int8_t)(lo | hi << 4);
+        }
+        for (int g = 0; g < 16; g++)
+            sc[g] = ((const int8_t *)(blk + 192))[g];
+        *d = lh_qmm_f16(blk + 208);
+        *dmin = 0.0f;
+        return;
+    }
+    const bool five = qt == LH_QT_Q5_K;
+    uint64_t sc8, mn8;
+    lh_qmm_k_scales(blk + 4, &sc8, &mn8);
+    const uint8_t *qh = blk + 16, *qs = blk + (five ? 48 : 16);
+    for (int s = 0; s < 8; s++) {
+        for (int l = 0; l < 32; l++) {
+            int v = (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 0x0f;
+            if (five)
+                v |= ((qh[l] >> s) & 1) << 4;
+            w[32 * s + l] = (int8_t)v;
+        }
+        sc[s] = (int)(sc8 >> 8 * s & 0xff);
+        mn[s] = (int)(mn8 >> 8 * s & 0xff);
+    }
+    *d = lh_qmm_f16(blk);
+    *dmin = lh_qmm_f16(blk + 2);
 }
 
 static void dot32(int qt, const uint8_t *w, const lh_qact *a, int64_t m, float *out)
@@ -111,9 +144,9 @@ static void dot32(int qt, const uint8_t *w, const lh_qact *a, int64_t m, float *
     const float *d = a->d + m * a->nb;
     float acc[4][8] = {{0}}, macc[4] = {0};
     for (int64_t b = 0; b < a->nb; b++) {
-        int wi[32];
+        int8_t wi[32];
         float dw, mw;
-        block_ints(qt, w + b * bb, wi, &dw, &mw);
+        lh_qmm_block_ints(qt, w + b * bb, wi, &dw, &mw);
         const float dd = dw * d[b];
         for (int j = 0; j < 8; j++) {
             int p = 0;
@@ -147,45 +180,34 @@ static void dot_k(int qt, const uint8_t *w, const lh_qact *a, int64_t m, float *
     const int16_t *bs = a->bsum + m * (a->K / 16);
     float acc = 0.0f;
     for (int64_t b = 0; b < a->nb; b++) {
-        const uint8_t *blk = w + b * bb;
         const int8_t *qb = q + 256 * b;
         const int16_t *bsb = bs + 16 * b;
         const float dx = a->d[m * a->nb + b];
+        int8_t wi[256];
+        int sc[16], mn[8];
+        float d, dmin;
+        lh_qmm_super_ints(qt, w + b * bb, wi, sc, mn, &d, &dmin);
         if (qt == LH_QT_Q6_K) {
-            const uint8_t *ql = blk, *qh = blk + 128;
-            const int8_t *sc = (const int8_t *)(blk + 192);
             int isum = 0;
             for (int g = 0; g < 16; g++) {
                 int dot = 0;
-                for (int e = 16 * g; e < 16 * g + 16; e++) {
-                    const int h = e / 128, r = e % 128;
-                    const int lo = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0f;
-                    const int hi = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 0x03;
-                    dot += (lo | hi << 4) * qb[e];
-                }
+                for (int e = 16 * g; e < 16 * g + 16; e++)
+                    dot += wi[e] * qb[e];
                 isum += sc[g] * (dot - 32 * bsb[g]);
             }
-            acc = acc + (lh_qmm_f16(blk + 208) * dx) * (float)isum;
+            acc = acc + (d * dx) * (float)isum;
             continue;
         }
-        const bool five = qt == LH_QT_Q5_K;
-        uint64_t sc8, mn8;
-        lh_qmm_k_scales(blk + 4, &sc8, &mn8);
-        const uint8_t *qh = blk + 16, *qs = blk + (five ? 48 : 16);
         int isum = 0, msum = 0;
         for (int s = 0; s < 8; s++) {
             int dot = 0;
-            for (int l = 0; l < 32; l++) {
-                int v = (qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 0x0f;
-                if (five)
-                    v |= ((qh[l] >> s) & 1) << 4;
-                dot += v * qb[32 * s + l];
-            }
-            isum += (int)(sc8 >> 8 * s & 0xff) * dot;
-            msum += (int)(mn8 >> 8 * s & 0xff) * (bsb[2 * s] + bsb[2 * s + 1]);
+            for (int l = 0; l < 32; l++)
+                dot += wi[32 * s + l] * qb[32 * s + l];
+            isum += sc[s] * dot;
+            msum += mn[s] * (bsb[2 * s] + bsb[2 * s + 1]);
         }
-        acc = acc + (lh_qmm_f16(blk) * dx) * (float)isum;
-        acc = acc - (lh_qmm_f16(blk + 2) * dx) * (float)msum;
+        acc = acc + (d * dx) * (float)isum;
+        acc = acc - (dmin * dx) * (float)msum;
     }
     *out = acc;
 }

@@ -21,7 +21,8 @@ static const lh_scaled_ops *scaled_ops(lh_k_isa isa)
 {
     switch (isa) {
 #if LH_CPU_X86
-    case LH_K_ISA_AVX512: return &lh_scaled_ops_avx512;
+    case LH_K_ISA_AVX512:
+    case LH_K_ISA_AMX: return &lh_scaled_ops_avx512;
     case LH_K_ISA_AVX2: return &lh_scaled_ops_avx2;
 #endif
     default: return &lh_scaled_ops_scalar;

@@ -34,7 +34,8 @@ static lh_sq_dot_fn sq_dot(lh_k_isa isa)
 #if LH_CPU_X86
     /* as qmatmul.c: the AVX-512 kernel needs BW, VL and VNNI too; without them the AVX2 one,
      * which gives the same (exact) sums */
-    case LH_K_ISA_AVX512: return lh_qmm_avx512_supported() ? lh_sq_dot_avx512 : lh_sq_dot_avx2;
+    case LH_K_ISA_AVX512:
+    case LH_K_ISA_AMX: return lh_qmm_avx512_supported() ? lh_sq_dot_avx512 : lh_sq_dot_avx2;
     case LH_K_ISA_AVX2: return lh_sq_dot_avx2;
 #endif
     default: return lh_sq_dot_scalar;

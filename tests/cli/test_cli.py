@@ -2370,7 +2370,7 @@ class TestText(CliTestCase):
 
 # ---- devices -------------------------------------------------------------------------------------
 
-ISAS = ("scalar", "avx2", "avx512")
+ISAS = ("scalar", "avx2", "avx512", "amx")
 
 
 class TestDevice(CliTestCase):
@@ -2597,7 +2597,7 @@ class TestDevice(CliTestCase):
         rc, out, err = cli("bench", model, "--threads", "1", "--context", "8", "-n", "3",
                            "--warmup", "0", "--device", "cpu")
         self.assertEqual(rc, 0, err)
-        self.assertRegex(out, r"\ndevice: cpu \((scalar|avx2|avx512) kernels; --device\)\n")
+        self.assertRegex(out, r"\ndevice: cpu \((scalar|avx2|avx512|amx) kernels; --device\)\n")
         self.assertNotIn("bound tok/s", out)
         n = self.cuda()["device_count"]
         self.assert_error(cli("bench", model, "--device", "cuda:%d" % n), 14, "unsupported",

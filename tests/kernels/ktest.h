@@ -48,7 +48,9 @@ static inline lh_device kt_cuda(void)
     return d;
 }
 
-static const lh_k_isa kt_isas[3] = {LH_K_ISA_SCALAR, LH_K_ISA_AVX2, LH_K_ISA_AVX512};
+#define KT_N_ISAS 4
+static const lh_k_isa kt_isas[KT_N_ISAS] = {LH_K_ISA_SCALAR, LH_K_ISA_AVX2, LH_K_ISA_AVX512,
+                                           LH_K_ISA_AMX};
 
 /* A context with n threads running `isa`; NULL when this CPU lacks the ISA. */
 static inline lh_kctx *kt_ctx(int threads, lh_k_isa isa)

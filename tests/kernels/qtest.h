@@ -87,4 +87,98 @@ static inline bool qt_same_bits(const char *what, const float *got, const float 
     return true;
 }
 
+/* y = x @ w^T (+ b) through lh_k_matmul, printing the error if it fails. */
+static inline lh_status qt_mm(lh_kctx *ctx, lh_dtype wdt, const void *w, const float *x, const void *b,
+                    lh_dtype bdt, float *y, int64_t M, int64_t K, int64_t N)
+{
+    lh_tensor xt = kt_t2(LH_DTYPE_F32, (void *)x, M, K);
+    lh_tensor wt = kt_t2(wdt, (void *)w, N, K);
+    lh_tensor bt = kt_t1(bdt, (void *)b, N);
+    lh_tensor yt = kt_t2(LH_DTYPE_F32, y, M, N);
+    lh_status st = lh_k_matmul(ctx, &xt, &wt, b ? &bt : NULL, &yt);
+    if (st != LH_OK)
+        printf("\n    lh_k_matmul (w %s) failed: %s", lh_k_dtype_name(wdt), lh_k_last_error(ctx));
+    return st;
+}
+
+/* x [M, K]: random in [-1, 1), with special rows where M allows: row 1 zeros, row 2 tiny
+ * values (|x| < 2^-120 in its first block, so that block quantizes to zero) and large ones, row
+ * 3 one outlier per 32 elements, row 4 wide exponents, and with `nonfinite` an inf in row
+ * M - 1. */
+static inline void qt_fill_x(float *x, int64_t M, int64_t K, bool nonfinite)
+{
+    for (int64_t i = 0; i < M * K; i++)
+        x[i] = kt_uniform();
+    for (int64_t k = 0; k < K; k++) {
+        if (M > 1)
+            x[1 * K + k] = 0.0f;
+        if (M > 2)
+            x[2 * K + k] = k < 256 ? kt_uniform() * 1e-37f : kt_uniform() * 3e4f;
+        if (M > 3 && k % 32 == 7)
+            x[3 * K + k] = 250.0f * kt_uniform();
+        if (M > 4)
+            x[4 * K + k] = ldexpf(kt_uniform(), (int)(kt_u64() % 60) - 30);
+    }
+    if (nonfinite && M > 5)
+        x[(M - 1) * K + K / 2] = (kt_u64() & 1) ? INFINITY : -INFINITY;
+}
+
+/* One matmul case's inputs: x [M, K] from qt_fill_x, a bias of kind 0 (none), 1 (f32), 2 (bf16)
+ * or 3 (f16) with its f32 values, and room for the reference's y and a run's y. */
+typedef struct qt_case {
+    int64_t M, K, N;
+    int bias_kind;
+    float *x, *yref, *y, *bref;
+    void *bstore;
+    const void *bias; /* bstore, or NULL for kind 0 */
+    lh_dtype bdt;
+} qt_case;
+
+static inline void qt_case_make(qt_case *c, int64_t M, int64_t K, int64_t N, int bias_kind,
+                                bool nonfinite)
+{
+    static const lh_dtype bias_dts[] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16};
+    c->M = M, c->K = K, c->N = N, c->bias_kind = bias_kind;
+    c->x = malloc((size_t)(M * K) * sizeof(float) + 1);
+    c->yref = malloc((size_t)(M * N) * sizeof(float) + 1);
+    c->y = malloc((size_t)(M * N) * sizeof(float) + 1);
+    c->bref = malloc((size_t)N * sizeof(float) + 1);
+    c->bstore = malloc((size_t)N * 4 + 1);
+    qt_fill_x(c->x, M, K, nonfinite);
+    c->bdt = bias_kind > 0 ? bias_dts[bias_kind - 1] : LH_DTYPE_F32;
+    if (bias_kind > 0)
+        kt_fill_w(c->bdt, c->bstore, c->bref, N, 1.0f);
+    c->bias = bias_kind > 0 ? c->bstore : NULL;
+}
+
+static inline void qt_case_free(qt_case *c)
+{
+    free(c->x);
+    free(c->yref);
+    free(c->y);
+    free(c->bref);
+    free(c->bstore);
+}
+
+/* w (rows of q's blocks) on each context against c->yref, bit for bit; the message names the
+ * context's ISA and threads, the case, `what` (the weights) and `vs` (the reference). Returns
+ * the number of failed or mismatching runs. */
+static inline long qt_case_runs(qt_case *c, lh_kctx *const *ctxs, int n_ctx, const qtype *q,
+                                const void *wq, const char *what, const char *vs)
+{
+    long bad = 0;
+    for (int i = 0; i < n_ctx; i++) {
+        memset(c->y, 0xff, (size_t)(c->M * c->N) * sizeof(float));
+        if (qt_mm(ctxs[i], q->dt, wq, c->x, c->bias, c->bdt, c->y, c->M, c->K, c->N) != LH_OK)
+            bad++;
+        char label[200];
+        snprintf(label, sizeof label, "%s %s %s M %lld K %lld N %lld bias %d, %d thread(s) vs %s",
+                 lh_k_isa_name(lh_k_ctx_isa(ctxs[i])), lh_k_dtype_name(q->dt), what,
+                 (long long)c->M, (long long)c->K, (long long)c->N, c->bias_kind,
+                 lh_k_ctx_threads(ctxs[i]), vs);
+        bad += !qt_same_bits(label, c->y, c->yref, c->M * c->N);
+    }
+    return bad;
+}
+
 #endif

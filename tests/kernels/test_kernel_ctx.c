@@ -28,12 +28,12 @@ static void test_ctx_basics(void)
     CU_ASSERT_STRING_EQUAL(lh_k_last_error(ctx), "");
     /* the default is the best ISA the CPU supports */
     lh_k_isa best = LH_K_ISA_SCALAR;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < KT_N_ISAS; i++)
         if (kt_isa_supported(kt_isas[i]))
             best = kt_isas[i];
     if (!getenv("LLMHOST_KERNELS_ISA"))
         CU_ASSERT_EQUAL(lh_k_ctx_isa(ctx), best);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < KT_N_ISAS; i++) {
         lh_status st = lh_k_ctx_set_isa(ctx, kt_isas[i]);
         if (kt_isa_supported(kt_isas[i])) {
             CU_ASSERT_EQUAL(st, LH_OK);
@@ -48,6 +48,7 @@ static void test_ctx_basics(void)
     CU_ASSERT_STRING_EQUAL(lh_k_isa_name(LH_K_ISA_SCALAR), "scalar");
     CU_ASSERT_STRING_EQUAL(lh_k_isa_name(LH_K_ISA_AVX2), "avx2");
     CU_ASSERT_STRING_EQUAL(lh_k_isa_name(LH_K_ISA_AVX512), "avx512");
+    CU_ASSERT_STRING_EQUAL(lh_k_isa_name(LH_K_ISA_AMX), "amx");
     lh_k_ctx_free(ctx);
     lh_k_ctx_free(NULL);
 
@@ -76,8 +77,8 @@ static void test_ctx_cuda_refused(void)
 static void test_ctx_env_override(void)
 {
     char *saved = getenv("LLMHOST_KERNELS_ISA") ? strdup(getenv("LLMHOST_KERNELS_ISA")) : NULL;
-    bool supported[3];
-    for (int i = 0; i < 3; i++)
+    bool supported[KT_N_ISAS];
+    for (int i = 0; i < KT_N_ISAS; i++)
         supported[i] = kt_isa_supported(kt_isas[i]);
 
     setenv("LLMHOST_KERNELS_ISA", "scalar", 1);
@@ -92,7 +93,7 @@ static void test_ctx_env_override(void)
     CU_ASSERT_TRUE(kt_contains(lh_k_last_error(NULL), "sse9"));
     lh_k_ctx_free(ctx);
 
-    for (int i = 1; i < 3; i++) {
+    for (int i = 1; i < KT_N_ISAS; i++) {
         setenv("LLMHOST_KERNELS_ISA", lh_k_isa_name(kt_isas[i]), 1);
         ctx = lh_k_ctx_create(2, kt_cpu());
         if (supported[i]) {

@@ -215,7 +215,7 @@ static void test_matmul_edges(void)
 {
     lh_kctx *ctx = kt_ctx(2, LH_K_ISA_SCALAR);
     CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
-    for (int ii = 0; ii < 3; ii++) {
+    for (int ii = 0; ii < KT_N_ISAS; ii++) {
         if (lh_k_ctx_set_isa(ctx, kt_isas[ii]) != LH_OK)
             continue;
         float b[3] = {1, 2, 3}, y[6] = {9, 9, 9, 9, 9, 9};

@@ -23,19 +23,6 @@ static lh_kctx *exact_ctx(int threads, lh_k_isa isa)
     return ctx;
 }
 
-static lh_status run_mm(lh_kctx *ctx, lh_dtype wdt, const void *w, const float *x, const void *b,
-                        lh_dtype bdt, float *y, int64_t M, int64_t K, int64_t N)
-{
-    lh_tensor xt = kt_t2(LH_DTYPE_F32, (void *)x, M, K);
-    lh_tensor wt = kt_t2(wdt, (void *)w, N, K);
-    lh_tensor bt = kt_t1(bdt, (void *)b, N);
-    lh_tensor yt = kt_t2(LH_DTYPE_F32, y, M, N);
-    lh_status st = lh_k_matmul(ctx, &xt, &wt, b ? &bt : NULL, &yt);
-    if (st != LH_OK)
-        printf("\n    lh_k_matmul (w %s) failed: %s", lh_k_dtype_name(wdt), lh_k_last_error(ctx));
-    return st;
-}
-
 /* One case on every context in ctxs; returns the number of mismatching runs. */
 static long check_case(lh_kctx *const *ctxs, int n_ctx, const qtype *q, int64_t M, int64_t K,
                        int64_t N, int bias_kind)
@@ -59,9 +46,9 @@ static long check_case(lh_kctx *const *ctxs, int n_ctx, const qtype *q, int64_t 
     for (int c = 0; c < n_ctx; c++) {
         lh_tensor src = kt_t2(q->dt, wq, N, K), dst = kt_t2(LH_DTYPE_F32, wf, N, K);
         CU_ASSERT_EQUAL_FATAL(lh_k_dequantize(ctxs[c], &src, &dst), LH_OK);
-        CU_ASSERT_EQUAL(run_mm(ctxs[c], LH_DTYPE_F32, wf, x, bias, bdt, yref, M, K, N), LH_OK);
+        CU_ASSERT_EQUAL(qt_mm(ctxs[c], LH_DTYPE_F32, wf, x, bias, bdt, yref, M, K, N), LH_OK);
         memset(yq, 0xff, (size_t)(M * N) * sizeof(float));
-        CU_ASSERT_EQUAL(run_mm(ctxs[c], q->dt, wq, x, bias, bdt, yq, M, K, N), LH_OK);
+        CU_ASSERT_EQUAL(qt_mm(ctxs[c], q->dt, wq, x, bias, bdt, yq, M, K, N), LH_OK);
         if (memcmp(yq, yref, (size_t)(M * N) * sizeof(float)) != 0) {
             bad++;
             for (int64_t i = 0; i < M * N; i++)

@@ -23,41 +23,6 @@
 
 #include <float.h>
 
-static lh_status mm(lh_kctx *ctx, lh_dtype wdt, const void *w, const float *x, const void *b,
-                    lh_dtype bdt, float *y, int64_t M, int64_t K, int64_t N)
-{
-    lh_tensor xt = kt_t2(LH_DTYPE_F32, (void *)x, M, K);
-    lh_tensor wt = kt_t2(wdt, (void *)w, N, K);
-    lh_tensor bt = kt_t1(bdt, (void *)b, N);
-    lh_tensor yt = kt_t2(LH_DTYPE_F32, y, M, N);
-    lh_status st = lh_k_matmul(ctx, &xt, &wt, b ? &bt : NULL, &yt);
-    if (st != LH_OK)
-        printf("\n    lh_k_matmul (w %s) failed: %s", lh_k_dtype_name(wdt), lh_k_last_error(ctx));
-    return st;
-}
-
-/* x [M, K]: random in [-1, 1), with special rows where M allows: row 1 zeros, row 2 tiny
- * values (|x| < 2^-120 in its first block, so that block quantizes to zero) and large ones, row
- * 3 one outlier per 32 elements, row 4 wide exponents, and with `nonfinite` an inf in row
- * M - 1. */
-static void fill_x(float *x, int64_t M, int64_t K, bool nonfinite)
-{
-    for (int64_t i = 0; i < M * K; i++)
-        x[i] = kt_uniform();
-    for (int64_t k = 0; k < K; k++) {
-        if (M > 1)
-            x[1 * K + k] = 0.0f;
-        if (M > 2)
-            x[2 * K + k] = k < 256 ? kt_uniform() * 1e-37f : kt_uniform() * 3e4f;
-        if (M > 3 && k % 32 == 7)
-            x[3 * K + k] = 250.0f * kt_uniform();
-        if (M > 4)
-            x[4 * K + k] = ldexpf(kt_uniform(), (int)(kt_u64() % 60) - 30);
-    }
-    if (nonfinite && M > 5)
-        x[(M - 1) * K + K / 2] = (kt_u64() & 1) ? INFINITY : -INFINITY;
-}
-
 static bool ctx_int8(lh_kctx *ctx)
 {
     return lh_k_ctx_quant_matmul(ctx) == LH_K_QMM_INT8;
@@ -98,32 +63,16 @@ static long compare_case(lh_kctx *ref, lh_kctx *const *ctxs, int n_ctx, const qt
                          const uint8_t *wq, int64_t M, int64_t K, int64_t N, int bias_kind,
                          bool nonfinite, const char *what)
 {
-    static const lh_dtype bias_dts[] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16};
-    float *x = malloc((size_t)(M * K) * sizeof(float) + 1);
-    float *yref = malloc((size_t)(M * N) * sizeof(float) + 1);
-    float *y = malloc((size_t)(M * N) * sizeof(float) + 1);
-    float *bref = malloc((size_t)N * sizeof(float) + 1);
-    void *bstore = malloc((size_t)N * 4 + 1);
-    fill_x(x, M, K, nonfinite);
-    const lh_dtype bdt = bias_kind > 0 ? bias_dts[bias_kind - 1] : LH_DTYPE_F32;
-    if (bias_kind > 0)
-        kt_fill_w(bdt, bstore, bref, N, 1.0f);
-    const void *bias = bias_kind > 0 ? bstore : NULL;
+    qt_case c;
+    qt_case_make(&c, M, K, N, bias_kind, nonfinite);
+    const float *yref = c.yref;
     long bad = 0;
     CU_ASSERT_TRUE(ctx_int8(ref));
-    if (mm(ref, q->dt, wq, x, bias, bdt, yref, M, K, N) != LH_OK)
+    if (qt_mm(ref, q->dt, wq, c.x, c.bias, c.bdt, c.yref, M, K, N) != LH_OK)
         bad++;
-    for (int c = 0; c < n_ctx; c++) {
-        CU_ASSERT_TRUE(ctx_int8(ctxs[c]));
-        memset(y, 0xff, (size_t)(M * N) * sizeof(float));
-        if (mm(ctxs[c], q->dt, wq, x, bias, bdt, y, M, K, N) != LH_OK)
-            bad++;
-        char label[200];
-        snprintf(label, sizeof label, "%s %s %s M %lld K %lld N %lld bias %d, %d thread(s) vs scalar",
-                 lh_k_isa_name(lh_k_ctx_isa(ctxs[c])), lh_k_dtype_name(q->dt), what, (long long)M,
-                 (long long)K, (long long)N, bias_kind, lh_k_ctx_threads(ctxs[c]));
-        bad += !qt_same_bits(label, y, yref, M * N);
-    }
+    for (int i = 0; i < n_ctx; i++)
+        CU_ASSERT_TRUE(ctx_int8(ctxs[i]));
+    bad += qt_case_runs(&c, ctxs, n_ctx, q, wq, what, "scalar");
     /* a non-finite x makes its row NaN, the others stay finite (random blocks: sane scales) */
     if (nonfinite && M > 5 && !strcmp(what, "random"))
         for (int64_t n = 0; n < N; n++)
@@ -133,11 +82,7 @@ static long compare_case(lh_kctx *ref, lh_kctx *const *ctxs, int n_ctx, const qt
                 bad++;
                 break;
             }
-    free(x);
-    free(yref);
-    free(y);
-    free(bref);
-    free(bstore);
+    qt_case_free(&c);
     return bad;
 }
 
@@ -227,17 +172,17 @@ static void test_qmm_env_isa(void)
     const qtype *q = &qtypes[5]; /* q4_k */
     const int64_t M = 3, K = 512, N = 9;
     uint8_t *wq = qt_random_blocks(q, N, K);
-    float x[3 * 512], y[3][3 * 9];
-    fill_x(x, M, K, false);
+    float x[3 * 512], y[KT_N_ISAS][3 * 9];
+    qt_fill_x(x, M, K, false);
     int ran = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < KT_N_ISAS; i++) {
         if (!kt_isa_supported(kt_isas[i]))
             continue;
         setenv("LLMHOST_KERNELS_ISA", lh_k_isa_name(kt_isas[i]), 1);
         lh_kctx *ctx = lh_k_ctx_create(2, kt_cpu());
         CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
         CU_ASSERT_EQUAL(lh_k_ctx_isa(ctx), kt_isas[i]);
-        CU_ASSERT_EQUAL(mm(ctx, q->dt, wq, x, NULL, LH_DTYPE_F32, y[i], M, K, N), LH_OK);
+        CU_ASSERT_EQUAL(qt_mm(ctx, q->dt, wq, x, NULL, LH_DTYPE_F32, y[i], M, K, N), LH_OK);
         CU_ASSERT_EQUAL(memcmp(y[i], y[0], sizeof y[0]), 0);
         lh_k_ctx_free(ctx);
         ran++;
@@ -284,7 +229,8 @@ static void qmm_vs_exact(lh_k_isa isa)
     CU_ASSERT_PTR_NOT_NULL_FATAL(ex);
     CU_ASSERT_EQUAL_FATAL(lh_k_ctx_set_quant_matmul(ex, LH_K_QMM_EXACT), LH_OK);
     kt_seed(373 + (uint64_t)isa);
-    const int64_t M = 6, K = 1536, N = 40;
+    /* AMX: enough rows for its tile path (rows 5 on are plain uniform x, like row 0) */
+    const int64_t M = isa == LH_K_ISA_AMX ? 20 : 6, K = 1536, N = 40;
     long bad = 0;
     for (size_t qi = 0; qi < N_QTYPES; qi++) {
         const qtype *q = &qtypes[qi];
@@ -298,15 +244,15 @@ static void qmm_vs_exact(lh_k_isa isa)
         lh_tensor src = kt_t2(q->dt, wq, N, K), dst = kt_t2(LH_DTYPE_F32, wf, N, K);
         CU_ASSERT_EQUAL_FATAL(lh_k_dequantize(ctx, &src, &dst), LH_OK);
         min_terms(ctx, q, wq, N, K, wmin);
-        fill_x(x, M, K, false);
+        qt_fill_x(x, M, K, false);
         for (int64_t i = 0; i < M * K / qb; i++) {
             double amax = 0;
             for (int64_t e = 0; e < qb; e++)
                 amax = fmax(amax, fabs((double)x[i * qb + e]));
             rb[i] = amax < 0x1p-120 ? amax : amax / 254.0 * (1.0 + 0x1p-14);
         }
-        CU_ASSERT_EQUAL(mm(ctx, q->dt, wq, x, NULL, LH_DTYPE_F32, y8, M, K, N), LH_OK);
-        CU_ASSERT_EQUAL(mm(ex, q->dt, wq, x, NULL, LH_DTYPE_F32, yx, M, K, N), LH_OK);
+        CU_ASSERT_EQUAL(qt_mm(ctx, q->dt, wq, x, NULL, LH_DTYPE_F32, y8, M, K, N), LH_OK);
+        CU_ASSERT_EQUAL(qt_mm(ex, q->dt, wq, x, NULL, LH_DTYPE_F32, yx, M, K, N), LH_OK);
         double worst_ratio = 0, max_abs = 0, max_rel = 0, u_abs = 0, u_rel = 0;
         long differ = 0, fails = 0;
         for (int64_t m = 0; m < M; m++)
@@ -360,6 +306,14 @@ static void qmm_vs_exact(lh_k_isa isa)
     lh_k_ctx_free(ex);
 }
 KT_ISA_TESTS(qmm_vs_exact)
+static void qmm_vs_exact_amx(void)
+{
+    if (!kt_isa_supported(LH_K_ISA_AMX)) {
+        LH_TEST_SKIP("AMX (tiles, int8, the OS's permission) not available");
+        return;
+    }
+    qmm_vs_exact(LH_K_ISA_AMX);
+}
 
 /* ---- errors and edge shapes ------------------------------------------------------------------ */
 
@@ -421,6 +375,8 @@ static CU_TestInfo qmm_tests[] = {
     {"int8 quantized matmul within the derived bound of the exact path [avx2]", qmm_vs_exact_avx2},
     {"int8 quantized matmul within the derived bound of the exact path [avx512]",
      qmm_vs_exact_avx512},
+    {"int8 quantized matmul within the derived bound of the exact path [amx, M 20]",
+     qmm_vs_exact_amx},
     {"int8 quantized matmul argument errors and empty shapes", test_qmm_errors},
     CU_TEST_INFO_NULL,
 };
