@@ -69,8 +69,9 @@ typedef struct lh_kctx lh_kctx;
 
 /* The CPU kernels' instruction sets. LH_K_ISA_AMX is the AVX-512 kernels plus Intel AMX tiles
  * (AMX-TILE and AMX-INT8, the kernel's permission to use them asked once per process with
- * arch_prctl) for lh_k_matmul of block-type weights at M >= 16 in LH_K_QMM_INT8 mode; see
- * there for its arithmetic. The best one the CPU and OS allow is the default (environment
+ * arch_prctl) for lh_k_matmul at M >= 16 of block-type weights in LH_K_QMM_INT8 mode and, where
+ * the CPU also has AMX-BF16, of bf16 weights in LH_K_BF16MM_TILES mode; see those for their
+ * arithmetic. The best one the CPU and OS allow is the default (environment
  * LLMHOST_KERNELS_ISA = scalar | avx2 | avx512 | amx | auto chooses another). */
 typedef enum lh_k_isa {
     LH_K_ISA_SCALAR = 0,
@@ -119,6 +120,23 @@ typedef enum lh_k_qmm { LH_K_QMM_INT8 = 0, LH_K_QMM_EXACT = 1 } lh_k_qmm;
 LH_EXPORT lh_status lh_k_ctx_set_quant_matmul(lh_kctx *ctx, lh_k_qmm mode);
 LH_EXPORT lh_k_qmm lh_k_ctx_quant_matmul(const lh_kctx *ctx);
 LH_EXPORT const char *lh_k_qmm_name(lh_k_qmm mode);
+/* How lh_k_matmul computes with a bf16 weight on the CPU:
+ *   LH_K_BF16MM_TILES (the default) on LH_K_ISA_AMX with M >= 16 (a prompt, a large batch):
+ *                  AMX-BF16 tiles. Each x element is rounded to bf16 (to nearest even; NaN
+ *                  stays NaN), products of bf16 pairs are exact and accumulate in f32 in the
+ *                  tile unit, 32 elements of K at a time in K's order (TDPBF16PS: round to
+ *                  nearest even, denormal inputs and results flushed to zero), then the bias
+ *                  is added. |y - y_exact| <= 2^-8 sum |w||x| + f32 rounding (test_matmul_amx.c
+ *                  measures it). The result depends on neither M (>= 16), the tiling nor the
+ *                  thread count. Elsewhere (another ISA, M < 16) the exact path.
+ *   LH_K_BF16MM_EXACT every M: x stays f32, each bf16 weight widened exactly (the f32 tiles).
+ * Per context; other weight dtypes are not affected. set: LH_E_USAGE for a value outside the
+ * enum (ctx == NULL: the message in lh_k_last_error(NULL)). The getter of a NULL ctx is
+ * LH_K_BF16MM_TILES. name: "tiles", "exact", NULL for a value outside the enum. */
+typedef enum lh_k_bf16mm { LH_K_BF16MM_TILES = 0, LH_K_BF16MM_EXACT = 1 } lh_k_bf16mm;
+LH_EXPORT lh_status lh_k_ctx_set_bf16_matmul(lh_kctx *ctx, lh_k_bf16mm mode);
+LH_EXPORT lh_k_bf16mm lh_k_ctx_bf16_matmul(const lh_kctx *ctx);
+LH_EXPORT const char *lh_k_bf16mm_name(lh_k_bf16mm mode);
 /* Message of the last failed kernel call on ctx; "" when none. Owned by ctx. With ctx == NULL:
  * the message of the calling thread's last failed call that had no context to hold it
  * (lh_k_ctx_create returning NULL, lh_k_rope_init, a kernel given ctx == NULL or called from

@@ -239,6 +239,9 @@ lh_status lh_engine_open(lh_host *h, const lh_engine_options *o, lh_engine **out
     if (st == LH_OK)
         st = lh_k_ctx_set_quant_matmul(e->kctx, e->rc.quantized_matmul == LH_QMM_EXACT
                                                     ? LH_K_QMM_EXACT : LH_K_QMM_INT8);
+    if (st == LH_OK)
+        st = lh_k_ctx_set_bf16_matmul(e->kctx, e->rc.bf16_matmul == LH_BF16MM_EXACT
+                                                   ? LH_K_BF16MM_EXACT : LH_K_BF16MM_TILES);
     if (st == LH_OK) {
         attn.cuda_graphs = e->rc.cuda_graphs;
         st = lh_runner_create(e->model, &e->res.entry->p.model, e->cfg, &attn, max_seq,

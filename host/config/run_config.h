@@ -13,6 +13,7 @@
  *   max_batch_size: int > 0                               (default 1)
  *   weight_placement: auto|mmap|huge_pages                (default auto)
  *   quantized_matmul: int8|exact                          (default int8)
+ *   bf16_matmul: tiles|exact                              (default tiles)
  *   attn_backend: NAME                                    (case-insensitive; default paged)
  *   attn_backend_fallback: bool                           (default false)
  *   kv_cache:
@@ -110,6 +111,11 @@ typedef enum lh_weight_placement {
  * (bit-identical to the dequantized model). lh_kernels.h lh_k_qmm. */
 typedef enum lh_quantized_matmul { LH_QMM_INT8 = 0, LH_QMM_EXACT } lh_quantized_matmul;
 
+/* How a linear with bf16 weights runs on the CPU: tiles uses AMX-BF16 tiles for prompts (M >=
+ * 16 rows) where the CPU has them, rounding the activations to bf16 (the fast path); exact keeps
+ * f32 activations for every M. lh_kernels.h lh_k_bf16mm. */
+typedef enum lh_bf16_matmul { LH_BF16MM_TILES = 0, LH_BF16MM_EXACT } lh_bf16_matmul;
+
 /* KV cache settings (DESIGN §8, paged backend). k_dtype / v_dtype LH_DTYPE_INVALID mean auto
  * (f32, the activations' dtype); LH_DTYPE_FP8_E4M3 needs a backend with the fp8-KV capability,
  * and k_dtype != v_dtype (mixed-precision KV, lh_kv_cache_mixed) one with the mixed-KV
@@ -163,6 +169,8 @@ typedef struct lh_run_config {
     lh_value_origin weight_placement_origin;
     lh_quantized_matmul quantized_matmul;
     lh_value_origin quantized_matmul_origin;
+    lh_bf16_matmul bf16_matmul;
+    lh_value_origin bf16_matmul_origin;
     /* Attention backend name, normalized to lower case when parsed so that validation and
      * dispatch see the same spelling; NULL: the default backend. */
     char *attn_backend;

@@ -22,7 +22,8 @@
 _Static_assert(sizeof(lh_dtype) == sizeof(int) && sizeof(lh_impl_mode) == sizeof(int) &&
                    sizeof(lh_quant_scheme) == sizeof(int) &&
                    sizeof(lh_weight_placement) == sizeof(int) &&
-                   sizeof(lh_quantized_matmul) == sizeof(int),
+                   sizeof(lh_quantized_matmul) == sizeof(int) &&
+                   sizeof(lh_bf16_matmul) == sizeof(int),
                "enum keys are stored as int");
 
 /* ------------------------------------------------------------------------------------------ */
@@ -35,6 +36,7 @@ const size_t lh_rc_n_scheme_names = N_OF(lh_rc_scheme_names);
 static const char *const mode_names[] = {"off", "auto", "require"};
 static const char *const placement_names[] = {"auto", "mmap", "huge_pages"};
 static const char *const qmm_names[] = {"int8", "exact"};
+static const char *const bf16mm_names[] = {"tiles", "exact"};
 static const char *const kv_dtype_names[] = {"auto", "float32", "bfloat16", "float16", "fp8"};
 const lh_dtype lh_rc_kv_dtype_values[] = {LH_DTYPE_INVALID, LH_DTYPE_F32, LH_DTYPE_BF16,
                                           LH_DTYPE_F16, LH_DTYPE_FP8_E4M3};
@@ -485,6 +487,12 @@ const lh_rc_key lh_rc_keys[] = {
              "model)",
      ENUM_OF(qmm_names), AT(quantized_matmul, quantized_matmul_origin), NONE2,
      .json_rank = 16},
+    {.name = "bf16_matmul", .type = LH_RC_ENUM, .from = Y | S, .cli = "--bf16-matmul",
+     .def = "tiles",
+     .help = "bf16 weights on the CPU: tiles = AMX-BF16 tiles for prompts (16 rows or more) "
+             "where the CPU has them, activations rounded to bf16 (fast, what llama.cpp and "
+             "PyTorch compute); exact = f32 activations, every row count",
+     ENUM_OF(bf16mm_names), AT(bf16_matmul, bf16_matmul_origin), NONE2, .json_rank = 17},
     {.name = "attn_backend", .type = LH_RC_STRING, .from = Y | S, .flags = LH_RC_LOWER,
      .cli = "--attn-backend", .def = "paged",
      .help = "attention backend name (case-insensitive; see `llmhost backends`)",

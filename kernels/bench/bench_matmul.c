@@ -102,8 +102,8 @@ int main(int argc, char **argv)
     printf("bench_matmul: w %s [%lld, %lld] (%.1f MiB), %ld cores\n", wname, (long long)N,
            (long long)K, (double)wbytes / (1024.0 * 1024.0), cores);
     printf("%-8s %7s %14s %16s\n", "isa", "threads", "GEMV GB/s", "GEMM M=64 GFLOP/s");
-    const lh_k_isa isas[3] = {LH_K_ISA_SCALAR, LH_K_ISA_AVX2, LH_K_ISA_AVX512};
-    for (int ii = 0; ii < 3; ii++) {
+    const lh_k_isa isas[4] = {LH_K_ISA_SCALAR, LH_K_ISA_AVX2, LH_K_ISA_AVX512, LH_K_ISA_AMX};
+    for (int ii = 0; ii < 4; ii++) {
         for (int ti = 0; ti < n_threads; ti++) {
             lh_device cpu = {LH_DEVICE_CPU, 0};
             lh_kctx *ctx = lh_k_ctx_create(threads[ti], cpu);

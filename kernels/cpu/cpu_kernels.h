@@ -167,6 +167,7 @@ struct lh_kctx {
     /* lh_k_ctx_set_bounds (0: none) */
     int64_t bound_seq_len, bound_blocks_per_seq;
     lh_k_qmm qmm;            /* lh_k_ctx_set_quant_matmul (calloc: LH_K_QMM_INT8) */
+    lh_k_bf16mm bf16mm;      /* lh_k_ctx_set_bf16_matmul (calloc: LH_K_BF16MM_TILES) */
     /* host-heap allocations of a CPU context's lh_k_alloc, for lh_k_mem_stats */
     int64_t host_in_use, host_peak;
     struct lh_cuda_state *cuda; /* CUDA contexts only (kernels/cuda/cuda_ctx.cu) */

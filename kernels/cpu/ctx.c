@@ -190,6 +190,33 @@ lh_status lh_k_ctx_set_quant_matmul(lh_kctx *ctx, lh_k_qmm mode)
     return LH_OK;
 }
 
+lh_status lh_k_ctx_set_bf16_matmul(lh_kctx *ctx, lh_k_bf16mm mode)
+{
+    if (!ctx)
+        return lh_kerr(NULL, LH_E_USAGE, "lh_k_ctx_set_bf16_matmul: ctx is NULL");
+    if (mode != LH_K_BF16MM_TILES && mode != LH_K_BF16MM_EXACT)
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "lh_k_ctx_set_bf16_matmul: %d is not an lh_k_bf16mm value "
+                       "(LH_K_BF16MM_TILES or LH_K_BF16MM_EXACT)",
+                       (int)mode);
+    ctx->bf16mm = mode;
+    return LH_OK;
+}
+
+lh_k_bf16mm lh_k_ctx_bf16_matmul(const lh_kctx *ctx)
+{
+    return ctx ? ctx->bf16mm : LH_K_BF16MM_TILES;
+}
+
+const char *lh_k_bf16mm_name(lh_k_bf16mm mode)
+{
+    switch (mode) {
+    case LH_K_BF16MM_TILES: return "tiles";
+    case LH_K_BF16MM_EXACT: return "exact";
+    default: return NULL;
+    }
+}
+
 lh_k_qmm lh_k_ctx_quant_matmul(const lh_kctx *ctx)
 {
     return ctx ? ctx->qmm : LH_K_QMM_INT8;

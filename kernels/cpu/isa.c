@@ -1,9 +1,9 @@
 /* Run-time ISA detection. The AVX2 path needs AVX2 + FMA + F16C; the AVX-512 path needs
  * AVX-512F on top of those. __builtin_cpu_supports also checks that the OS saves the wider
  * register state (XGETBV), so a "supported" answer means the code can run here. AMX is the
- * AVX-512 path plus the tile unit, which also needs the OS's permission (qmm_amx.c asks). */
+ * AVX-512 path plus the tile unit, which also needs the OS's permission (amx.c asks). */
 #include "cpu_kernels.h"
-#include "qmatmul.h"
+#include "amx.h"
 
 #if LH_CPU_X86
 #include <cpuid.h>
@@ -30,7 +30,7 @@ bool lh_cpu_isa_supported(lh_k_isa isa)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
                __builtin_cpu_supports("fma") && has_f16c();
     case LH_K_ISA_AMX:
-        return lh_cpu_isa_supported(LH_K_ISA_AVX512) && lh_qmm_amx_supported();
+        return lh_cpu_isa_supported(LH_K_ISA_AVX512) && lh_cpu_amx_supported();
 #endif
     default: return false;
     }

@@ -20,8 +20,12 @@
  * and running an f32 matmul. Users: ggml's block types (Q4_0 ..
  * Q6_K, one row at a time through lh_cpu_dequant_row) in LH_K_QMM_EXACT mode -- the default
  * LH_K_QMM_INT8 mode sends them to the integer-dot kernels (qmatmul.c) -- and the weights with
- * separate scales of lh_k_matmul_scaled (scaled.c). */
+ * separate scales of lh_k_matmul_scaled (scaled.c).
+ *
+ * A bf16 weight with M >= 16 on the AMX ISA (LH_K_BF16MM_TILES, the default) goes to the bf16
+ * tiles instead (matmul_amx_bf16.c), which round x to bf16. */
 #include "cpu_kernels.h"
+#include "amx.h"
 #include "qmatmul.h"
 
 struct mm_job {
@@ -198,6 +202,10 @@ lh_status lh_cpu_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w, co
         return lh_cpu_matmul_decoded(ctx, x, w->shape[0], ggml_rows_decode, &g, bias, y,
                                      "lh_k_matmul", lh_k_dtype_name(w->dtype));
     }
+    if (w->dtype == LH_DTYPE_BF16 && ctx->isa == LH_K_ISA_AMX && ctx->bf16mm == LH_K_BF16MM_TILES &&
+        x->shape[0] >= LH_AMX_BF16_MIN_M && x->shape[1] > 0 && w->shape[0] > 0 &&
+        lh_cpu_amx_bf16_supported())
+        return lh_cpu_matmul_bf16_amx(ctx, x, w, bias, y);
     struct mm_job j;
     mm_init(&j, ctx, x, w->shape[0], lh_cpu_wdt(w->dtype), bias, y);
     j.w = w->data;

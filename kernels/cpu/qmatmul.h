@@ -159,9 +159,7 @@ static inline float lh_qmm_f16(const uint8_t *p)
     return lh_k_f16_to_f32((uint16_t)(p[0] | (uint16_t)p[1] << 8));
 }
 
-/* The AMX path (qmm_amx.c). lh_qmm_amx_supported: whether the CPU has AMX-TILE and AMX-INT8
- * (and what the AVX-512 table needs), the OS enables their state and grants this process the
- * tile data (arch_prctl, asked on the first call; remembered). lh_qmm_amx_run computes y
+/* The AMX path (qmm_amx.c; whether it can run: amx.h). lh_qmm_amx_run computes y
  * [a->M, N] (the bias added) from the quantized activations a (a->M >= LH_QMM_AMX_MIN_M) and
  * the block-type weight w (rows of wrow bytes), using `shared` (lh_qmm_amx_shared_bytes(qt,
  * a->M, a->K, a->nb) bytes, 64-byte aligned, the caller's) and the context's per-thread
@@ -171,7 +169,6 @@ static inline int64_t lh_qmm_amx_mpad(int64_t M)
 {
     return (M + 15) & ~(int64_t)15;
 }
-bool lh_qmm_amx_supported(void);
 size_t lh_qmm_amx_shared_bytes(int qt, int64_t M, int64_t K, int64_t nb);
 lh_status lh_qmm_amx_run(lh_kctx *ctx, int qt, const lh_qact *a, const uint8_t *w, size_t wrow,
                          int64_t N, const void *bias, lh_dtype bias_dtype, float *y,

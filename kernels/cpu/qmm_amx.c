@@ -24,69 +24,12 @@
 #include "qmatmul.h"
 
 #if LH_CPU_X86 && defined(__linux__)
-#include <cpuid.h>
-#include <immintrin.h>
-#include <stdatomic.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include "amx.h"
 
-#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define TGT LH_AMX_TGT
 
 #define NP 16 /* weight rows per task: one A tile */
 #define MB 16 /* activation rows per step: one B tile */
-
-/* Tile registers: two sets of C, A (weights), B (activations): 0, 1, 2 and 3, 4, 5. Own asm rather than
- * the compiler's intrinsics, whose tile loads and ldtilecfg do not tell it they read memory
- * (it could sink the panel decode's stores below the load). */
-#define AMX_CFG(cfg) __asm__ volatile("ldtilecfg %0" ::"m"(*(cfg)) : "memory")
-#define AMX_RELEASE() __asm__ volatile("tilerelease" ::: "memory")
-#define AMX_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
-#define AMX_LOAD(t, p, s) \
-    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(p), "r"((long)(s)) : "memory")
-#define AMX_STORE(t, p, s) \
-    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(p), "r"((long)(s)) : "memory")
-#define AMX_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
-
-typedef struct amx_cfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg;
-
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-
-static int amx_probe(void)
-{
-    if (!lh_qmm_avx512_supported())
-        return 0;
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
-        return 0;
-    if (!(d & (1u << 24)) || !(d & (1u << 25))) /* AMX-TILE, AMX-INT8 */
-        return 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE))
-        return 0;
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    (void)hi;
-    if ((lo & (3u << 17)) != (3u << 17)) /* XTILECFG and XTILEDATA enabled by the OS */
-        return 0;
-    /* Linux hands out the 8 KiB of tile state only on request; once per process */
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-}
-
-bool lh_qmm_amx_supported(void)
-{
-    static _Atomic int known = -1;
-    int k = atomic_load_explicit(&known, memory_order_acquire);
-    if (k < 0) {
-        k = amx_probe();
-        atomic_store_explicit(&known, k, memory_order_release);
-    }
-    return k != 0;
-}
 
 static int64_t group_of(int qt)
 {
@@ -326,38 +269,13 @@ static LH_ALWAYS_INLINE TGT void scale_k_super(const struct amx_job *j, const am
 
 /* ---- the output: 16 x 16 sums [n][m] transposed into y [m][n], plus the bias -------------------- */
 
-static LH_ALWAYS_INLINE TGT void transpose16(__m512 r[16])
-{
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 8; i++) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-    }
-}
-
 static LH_ALWAYS_INLINE TGT void write_block(const struct amx_job *j, const amx_panel *p,
                                              int64_t n0, int64_t m0, __m512 r[16])
 {
     const int64_t N = j->N, M = j->a->M;
     const __mmask16 nk = N - n0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (N - n0)) - 1);
     const __m512 bias = _mm512_loadu_ps(p->bias);
-    transpose16(r);
+    lh_amx_transpose16(r);
     for (int i = 0; i < 16 && m0 + i < M; i++)
         _mm512_mask_storeu_ps(j->y + (m0 + i) * N + n0, nk, j->bias ? _mm512_add_ps(r[i], bias) : r[i]);
 }
@@ -367,19 +285,19 @@ static LH_ALWAYS_INLINE TGT void write_block(const struct amx_job *j, const amx_
 /* Group g's tile product on tile set 0 (C 0, A 1, B 2) or 1 (C 3, A 4, B 5); the next set's
  * product is issued before this one's sums are scaled, so the tile unit works while the vector
  * units scale. */
-#define AMX_ISSUE(set, g)                                                                   \
-    do {                                                                                    \
-        if ((set) == 0) {                                                                   \
-            AMX_LOAD(1, p.w + (g) * G, K);                                                  \
-            AMX_LOAD(2, xt + (g) * 16 * G, 64);                                             \
-            AMX_ZERO(0);                                                                    \
-            AMX_DPBSSD(0, 1, 2);                                                            \
-        } else {                                                                            \
-            AMX_LOAD(4, p.w + (g) * G, K);                                                  \
-            AMX_LOAD(5, xt + (g) * 16 * G, 64);                                             \
-            AMX_ZERO(3);                                                                    \
-            AMX_DPBSSD(3, 4, 5);                                                            \
-        }                                                                                   \
+#define AMX_ISSUE(set, g)                                                                       \
+    do {                                                                                        \
+        if ((set) == 0) {                                                                       \
+            LH_AMX_LOAD(1, p.w + (g) * G, K);                                                   \
+            LH_AMX_LOAD(2, xt + (g) * 16 * G, 64);                                              \
+            LH_AMX_ZERO(0);                                                                     \
+            LH_AMX_DPBSSD(0, 1, 2);                                                             \
+        } else {                                                                                \
+            LH_AMX_LOAD(4, p.w + (g) * G, K);                                                   \
+            LH_AMX_LOAD(5, xt + (g) * 16 * G, 64);                                              \
+            LH_AMX_ZERO(3);                                                                     \
+            LH_AMX_DPBSSD(3, 4, 5);                                                             \
+        }                                                                                       \
     } while (0)
 
 static LH_ALWAYS_INLINE TGT void scale_group(const struct amx_job *j, const amx_panel *p,
@@ -418,13 +336,13 @@ static LH_ALWAYS_INLINE TGT void panel_type(const struct amx_job *j, amx_panel p
         for (int64_t g = 0; g < ng; g += 2) {
             if (g + 1 < ng)
                 AMX_ISSUE(1, g + 1);
-            AMX_STORE(0, buf0, 64);
+            LH_AMX_STORE(0, buf0, 64);
             if (g >= 1)
                 scale_group(j, &p, buf1, g - 1, m0, qt, acc, iacc);
             if (g + 1 < ng) {
                 if (g + 2 < ng)
                     AMX_ISSUE(0, g + 2);
-                AMX_STORE(3, buf1, 64);
+                LH_AMX_STORE(3, buf1, 64);
                 scale_group(j, &p, buf0, g, m0, qt, acc, iacc);
             }
         }
@@ -445,7 +363,7 @@ static TGT void panel_task(int64_t t, int tid, void *user)
     for (int r = 0; r < NP; r++)
         p.bias[r] = j->bias && n0 + r < j->N ? lh_cpu_bias_at(j->bias, j->bias_dtype, n0 + r) : 0.0f;
 
-    amx_cfg cfg;
+    lh_amx_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int set = 0; set < 2; set++) {
@@ -456,7 +374,7 @@ static TGT void panel_task(int64_t t, int tid, void *user)
         cfg.rows[3 * set + 2] = (uint8_t)(G / 4); /* B: G / 4 rows of 16 x 4 activation bytes */
         cfg.colsb[3 * set + 2] = 64;
     }
-    AMX_CFG(&cfg);
+    LH_AMX_CFG(&cfg);
     /* one instance per type, so that each inner loop is straight-line code */
     switch (j->qt) {
     case LH_QT_Q4_0: panel_type(j, p, n0, LH_QT_Q4_0); break;
@@ -468,7 +386,7 @@ static TGT void panel_task(int64_t t, int tid, void *user)
     case LH_QT_Q5_K: panel_type(j, p, n0, LH_QT_Q5_K); break;
     default: panel_type(j, p, n0, LH_QT_Q6_K); break;
     }
-    AMX_RELEASE();
+    LH_AMX_RELEASE();
 }
 
 lh_status lh_qmm_amx_run(lh_kctx *ctx, int qt, const lh_qact *a, const uint8_t *w, size_t wrow,
@@ -501,13 +419,6 @@ lh_status lh_qmm_amx_run(lh_kctx *ctx, int qt, const lh_qact *a, const uint8_t *
     lh_cpu_parallel(ctx, j.Mp / 16, prep_task, &j);
     lh_cpu_parallel(ctx, (N + NP - 1) / NP, panel_task, &j);
     return LH_OK;
-}
-
-#else
-
-bool lh_qmm_amx_supported(void)
-{
-    return false;
 }
 
 #endif

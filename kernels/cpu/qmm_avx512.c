@@ -211,8 +211,10 @@ static LH_ALWAYS_INLINE TGT void dot32(const int qt, const int mr, const uint8_t
     }
     const int64_t nb = a->nb;
     int64_t b = 0;
-    for (; b + 4 <= nb; b += 4)
+    for (; b + 4 <= nb; b += 4) {
+        qmm_prefetch(w + b * bbytes32[qt], 4 * bbytes32[qt]);
         step_quad(qt, mr, w, a, m, b, acc, macc4);
+    }
     for (int r = 0; r < mr; r++)
         _mm_storeu_ps(macc[r], macc4[r]);
     switch (nb - b) {

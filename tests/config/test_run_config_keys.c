@@ -407,7 +407,7 @@ static void test_public_key_info(void)
         k = (lh_run_config_key_info){.struct_size = sizeof k};
     }
     CU_ASSERT_EQUAL(n, lh_rc_n_keys);
-    CU_ASSERT_EQUAL(flags, 11);
+    CU_ASSERT_EQUAL(flags, 12);
     CU_ASSERT_EQUAL(lh_run_config_key_at(n, &k), 0);
     CU_ASSERT_EQUAL(lh_run_config_key_at(0, NULL), 0);
     /* a caller that knows only the first fields gets only those */

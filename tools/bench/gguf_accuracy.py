@@ -10,8 +10,10 @@
    from the published file) in F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (gguf-py's
    quantizers), and -- when llama-cpp-python is importable -- Q4_K_M, Q5_K_M and Q6_K through
    llama.cpp's own quantizer (llama_model_quantize), since gguf-py has no K-quant encoder.
-2. For every file and both quantized_matmul paths (exact: weights decoded to f32; int8:
-   activations rounded to 8-bit blocks too), runs `llmhost logits` on every line of the
+2. For every file and both of its paths (block types: quantized_matmul exact, weights decoded
+   to f32, or int8, activations rounded to 8-bit blocks too; BF16: bf16_matmul exact, f32
+   activations, or tiles, activations rounded to bf16 on AMX tiles for prompts; `exact` sets
+   both keys to exact), runs `llmhost logits` on every line of the
    default model's committed corpus (tests/fixtures/default_model/reference.json, its token
    ids) and compares with the f32 directory's logits (which match transformers within 2.5e-5):
    mean and max |logit difference| over every position and the whole vocabulary, and top-1
@@ -148,9 +150,11 @@ def logits(exe: str, model: Path, ids: list[int], mode: str, tmp: str,
         cfg = os.path.join(tmp, "run.yaml")
         Path(cfg).write_text(config)
         extra = ["--config", cfg]
+    flags = {"exact": ["--quantized-matmul", "exact", "--bf16-matmul", "exact"],
+             "int8": ["--quantized-matmul", "int8"],
+             "tiles": ["--bf16-matmul", "tiles"]}[mode]
     r = subprocess.run([exe, "logits", str(model), "--tokens", ",".join(map(str, ids)),
-                        "--out", out, "--quantized-matmul", mode] + extra, capture_output=True,
-                       text=True)
+                        "--out", out] + flags + extra, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"llmhost logits {model}: {r.stderr.strip()}")
     return np.load(out)
@@ -186,9 +190,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ref = [logits(args.llmhost, F32_DIR, ids, "exact", tmp) for ids in lines]
         for name, path in files.items():
-            for mode in ("exact", "int8"):
-                if mode == "int8" and name in ("F32", "F16", "BF16"):
-                    continue  # the int8 path is for block types only
+            modes = {"F32": ("exact",), "F16": ("exact",), "BF16": ("exact", "tiles")}
+            for mode in modes.get(name, ("exact", "int8")):
                 diffs, agree, n = [], 0, 0
                 worst = 0.0
                 for ids, r in zip(lines, ref):
@@ -216,12 +219,16 @@ def main(argv=None) -> int:
                          worst, 100.0 * agree / n))
             print(f"quant {name} {mode}: mean {rows[-1][3]:.4f} max {worst:.3f} "
                   f"top-1 {rows[-1][5]:.1f}%", file=sys.stderr)
-    print(f"{len(lines)} corpus lines, {sum(map(len, lines))} positions, vocabulary 49152\n")
-    print("| format | quantized_matmul | file MiB | mean \\|Δlogit\\| | max \\|Δlogit\\| | top-1 agreement |")
+    isa = json.loads(subprocess.run([args.llmhost, "explain", str(F32_DIR), "--json",
+                                     "--device", "cpu"], capture_output=True, text=True,
+                                    check=True).stdout)["attention"]["device"]["isa"]
+    print(f"{len(lines)} corpus lines, {sum(map(len, lines))} positions, vocabulary 49152, "
+          f"CPU kernels {isa}\n")
+    print("| format | path | file MiB | mean \\|Δlogit\\| | max \\|Δlogit\\| | top-1 agreement |")
     print("|---|---|---|---|---|---|")
     for name, mode, size, mean, worst, top1 in rows:
-        m = "—" if name in ("F32", "F16", "BF16") or (name.startswith("quant") and
-                                                      "int8" not in name) else mode
+        m = "—" if name in ("F32", "F16") or (name.startswith("quant") and
+                                              "int8" not in name) else mode
         mib = "—" if size != size else f"{size:.0f}"
         print(f"| {name} | {m} | {mib} | {mean:.4f} | {worst:.3f} | {top1:.1f}% |")
     return 0
