@@ -109,7 +109,7 @@ lh_status lh_cpu_qmatmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
     a->K = j.K;
     a->qb = lh_qt_is_k(qt) ? 256 : 32;
     a->nb = j.K / a->qb;
-    const bool amx = ctx->isa == LH_K_ISA_AMX && j.M >= LH_QMM_AMX_MIN_M;
+    const bool amx = ctx->isa == LH_K_ISA_AMX && j.M >= LH_QMM_AMX_MIN_M && j.K > 0 && j.N > 0;
     a->off = amx ? 0 : j.ops->off[qt]; /* the tiles multiply signed bytes: no offsets */
     const size_t mk = (size_t)j.M * (size_t)j.K, mnb = (size_t)j.M * (size_t)a->nb;
     const size_t o_d = round64(mk), o_s = o_d + round64(mnb * sizeof(float));

@@ -44,8 +44,9 @@
  * 4. With a bias, y = y + bias[n] (one f32 addition, as the f32 matmul adds it).
  *
  * AMX (LH_K_ISA_AMX and M >= LH_QMM_AMX_MIN_M; qmm_amx.c): the same quantized x. The K types
- * are computed exactly as in 3. (the tiles make the sub-block and group sums, which are exact
- * integers), so they give the reference's bits. The 32-element types sum a block whole:
+ * are computed exactly as in 3.: the tiles make exact integer sums (q6_k per group; q4_k / q5_k
+ * per super-block, of the weights times base-8 / base-4 digits of the sub-block scales, whose
+ * shifted sum is isum), the float steps are 3.'s, so they give the reference's bits. The 32-element types sum a block whole:
  *      isum = sum over e < 32 of w[e] * q[e]                                      (exact int32)
  *      acc = fma(dw * d, (float)isum, acc)         (one running sum from +0, blocks in order)
  *      q4_1, q5_1: then acc = fma(mw, s, acc)
@@ -151,6 +152,8 @@ static inline void lh_qmm_k_scales(const uint8_t *s, uint64_t *sc, uint64_t *m)
 void lh_qmm_block_ints(int qt, const uint8_t *b, int8_t w[32], float *dw, float *mw);
 void lh_qmm_super_ints(int qt, const uint8_t *blk, int8_t w[256], int sc[16], int mn[8], float *d,
                        float *dmin);
+/* lh_qmm_super_ints' scales alone (sc, mn, d, dmin as there). */
+void lh_qmm_super_scales(int qt, const uint8_t *blk, int sc[16], int mn[8], float *d, float *dmin);
 /* Everything of a row's quantization but the q and d themselves: s, lofs, bsum from q. */
 void lh_qmm_quant_extras(lh_qact *a, int64_t m);
 

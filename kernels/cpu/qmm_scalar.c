@@ -101,9 +101,29 @@ void lh_qmm_block_ints(int qt, const uint8_t *b, int8_t w[32], float *dw, float 
     }
 }
 
+void lh_qmm_super_scales(int qt, const uint8_t *blk, int sc[16], int mn[8], float *d, float *dmin)
+{
+    if (qt == LH_QT_Q6_K) {
+        for (int g = 0; g < 16; g++)
+            sc[g] = ((const int8_t *)(blk + 192))[g];
+        *d = lh_qmm_f16(blk + 208);
+        *dmin = 0.0f;
+        return;
+    }
+    uint64_t sc8, mn8;
+    lh_qmm_k_scales(blk + 4, &sc8, &mn8);
+    for (int s = 0; s < 8; s++) {
+        sc[s] = (int)(sc8 >> 8 * s & 0xff);
+        mn[s] = (int)(mn8 >> 8 * s & 0xff);
+    }
+    *d = lh_qmm_f16(blk);
+    *dmin = lh_qmm_f16(blk + 2);
+}
+
 void lh_qmm_super_ints(int qt, const uint8_t *blk, int8_t w[256], int sc[16], int mn[8], float *d,
                        float *dmin)
 {
+    lh_qmm_super_scales(qt, blk, sc, mn, d, dmin);
     if (qt == LH_QT_Q6_K) {
         const uint8_t *ql = blk, *qh = blk + 128;
         for (int e = 0; e < 256; e++) {
@@ -112,15 +132,9 @@ void lh_qmm_super_ints(int qt, const uint8_t *blk, int8_t w[256], int sc[16], in
             const int hi = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 0x03;
             w[e] = (int8_t)(lo | hi << 4);
         }
-        for (int g = 0; g < 16; g++)
-            sc[g] = ((const int8_t *)(blk + 192))[g];
-        *d = lh_qmm_f16(blk + 208);
-        *dmin = 0.0f;
         return;
     }
     const bool five = qt == LH_QT_Q5_K;
-    uint64_t sc8, mn8;
-    lh_qmm_k_scales(blk + 4, &sc8, &mn8);
     const uint8_t *qh = blk + 16, *qs = blk + (five ? 48 : 16);
     for (int s = 0; s < 8; s++) {
         for (int l = 0; l < 32; l++) {
@@ -129,11 +143,7 @@ void lh_qmm_super_ints(int qt, const uint8_t *blk, int8_t w[256], int sc[16], in
                 v |= ((qh[l] >> s) & 1) << 4;
             w[32 * s + l] = (int8_t)v;
         }
-        sc[s] = (int)(sc8 >> 8 * s & 0xff);
-        mn[s] = (int)(mn8 >> 8 * s & 0xff);
     }
-    *d = lh_qmm_f16(blk);
-    *dmin = lh_qmm_f16(blk + 2);
 }
 
 static void dot32(int qt, const uint8_t *w, const lh_qact *a, int64_t m, float *out)

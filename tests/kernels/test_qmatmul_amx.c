@@ -215,6 +215,27 @@ static void test_amx_fixtures(void)
     lh_k_ctx_free(amx[1]);
 }
 
+/* Empty shapes at M >= 16: K 0 gives the bias, N 0 and M 0 nothing (no tile work at all) */
+static void test_amx_empty(void)
+{
+    if (!have_amx())
+        return;
+    lh_kctx *ctx = kt_ctx(2, LH_K_ISA_AMX);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    static float x[20 * 256], y[20 * 4];
+    const float bias[4] = {1.5f, -2.0f, 0.25f, 8.0f};
+    for (size_t qi = 0; qi < N_QTYPES; qi++) {
+        for (int i = 0; i < 80; i++)
+            y[i] = NAN;
+        CU_ASSERT_EQUAL(qt_mm(ctx, qtypes[qi].dt, x, x, bias, LH_DTYPE_F32, y, 20, 0, 4), LH_OK);
+        for (int i = 0; i < 80; i++)
+            CU_ASSERT_EQUAL(y[i], bias[i % 4]);
+        CU_ASSERT_EQUAL(qt_mm(ctx, qtypes[qi].dt, x, x, NULL, LH_DTYPE_F32, y, 20,
+                              qtypes[qi].block_elems, 0), LH_OK);
+    }
+    lh_k_ctx_free(ctx);
+}
+
 /* The default context takes AMX where it exists, so the engine's prefill does. */
 static void test_amx_is_default(void)
 {
@@ -234,6 +255,7 @@ static CU_TestInfo amx_tests[] = {
     {"amx: random blocks == scalar (K types, M < 16) / the AMX scheme (32-element types)",
      test_amx_random},
     {"amx: extreme-scale fixture weights, the same", test_amx_fixtures},
+    {"amx: empty shapes (K 0: the bias; N 0)", test_amx_empty},
     {"amx: the default ISA where the CPU and OS have it", test_amx_is_default},
     CU_TEST_INFO_NULL,
 };
