@@ -56,18 +56,13 @@ LH_EXPORT lh_status lh_k_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tenso
                        lh_kd_dt_name(w->dtype), be);
     if (lh_kd_overlaps(y, x) || lh_kd_overlaps(y, w) || lh_kd_overlaps(y, bias))
         return lh_kerr(ctx, LH_E_USAGE, "%s: y %s overlaps an input", fn, LH_KD_SH(y));
-    if (blocked && ctx->cuda)
-        return lh_kerr(ctx, LH_E_UNSUPPORTED,
-                       "%s: quantized weights (%s) on cuda:%d are not implemented yet; dequantize "
-                       "them (lh_k_dequantize) or run on the CPU",
-                       fn, lh_kd_dt_name(w->dtype), ctx->device.index);
     return LH_KD_ON_DEVICE(ctx, LH_CUDA(matmul)(ctx, x, w, bias, y),
                            lh_cpu_matmul(ctx, x, w, bias, y));
 }
 
 /* ---- embedding ------------------------------------------------------------------------------ */
 
-/* table [V, D] f32/bf16/f16 or a block type (D whole blocks; CPU only), out [n, D] f32
+/* table [V, D] f32/bf16/f16 or a block type (D whole blocks), out [n, D] f32
  * disjoint from it, every id in [0, V). */
 static lh_status check_embedding(lh_kctx *ctx, const char *fn, const lh_tensor *table,
                                  const int32_t *ids, int64_t n, const lh_tensor *out)
@@ -99,11 +94,6 @@ static lh_status check_embedding(lh_kctx *ctx, const char *fn, const lh_tensor *
                            fn, i, ids[i], V, LH_KD_SH(table));
     if (lh_kd_overlaps(out, table))
         return lh_kerr(ctx, LH_E_USAGE, "%s: out overlaps table", fn);
-    if (blocked && ctx->cuda)
-        return lh_kerr(ctx, LH_E_UNSUPPORTED,
-                       "%s: quantized tables (%s) on cuda:%d are not implemented yet; dequantize "
-                       "them (lh_k_dequantize) or run on the CPU",
-                       fn, lh_kd_dt_name(table->dtype), ctx->device.index);
     return LH_OK;
 }
 

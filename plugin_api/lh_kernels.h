@@ -157,15 +157,17 @@ LH_EXPORT void lh_k_parallel_for(lh_kctx *ctx, int64_t n, lh_k_task_fn fn, void 
  * thread count but for the AMX exception described at lh_k_qmm, close to but not the f32
  * result); with LH_K_QMM_EXACT each weight row is
  * decoded to f32 and run through the f32 kernels, so y is bit-identical to lh_k_dequantize(w)
- * followed by lh_k_matmul with the f32 weight. On a CUDA context a block-type w is
- * LH_E_UNSUPPORTED (not implemented yet: dequantize it first). */
+ * followed by lh_k_matmul with the f32 weight. On a CUDA context a block-type w is multiplied
+ * in f32 with exactly the dequantized weights (the LH_K_QMM_EXACT values; the mode does not
+ * apply there), summed in the device's order: within 2 K 2^-24 sum |x w| of the CPU's exact
+ * path (kernels/cuda/dequant.cu; compiled, not yet run on a GPU). */
 LH_EXPORT lh_status lh_k_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
                                 const lh_tensor *bias, lh_tensor *y);
 /* out[n,D] = table[ids[i], :] converted to f32; ids outside [0, V) are an error. table f32, bf16
- * or f16; on the CPU also one of ggml's block types (LH_DTYPE_Q4_0 ... LH_DTYPE_Q6_K, rows of
- * D / block elements' blocks; D a multiple of the block, else LH_E_USAGE naming D and the
- * block): each looked-up row is bit-identical to that row of lh_k_dequantize(table). On a CUDA
- * context a block-type table is LH_E_UNSUPPORTED (not implemented yet: dequantize it first). */
+ * or f16, or one of ggml's block types (LH_DTYPE_Q4_0 ... LH_DTYPE_Q6_K, rows of D / block
+ * elements' blocks; D a multiple of the block, else LH_E_USAGE naming D and the block): each
+ * looked-up row is bit-identical to that row of lh_k_dequantize(table), on the CPU and on a
+ * CUDA context alike. */
 LH_EXPORT lh_status lh_k_embedding(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids,
                                    int64_t n, lh_tensor *out);
 /* out[M,D] = x / rms(x) * (w + offset); offset 0 for Llama, 1 for Gemma-style norms. x and
@@ -206,7 +208,7 @@ LH_EXPORT lh_status lh_k_add(lh_kctx *ctx, lh_tensor *y, const lh_tensor *x);
 /* out[i, :] += table[ids[i], :] converted to f32, for i < n (learned position embeddings:
  * ids are the positions); ids outside [0, V) are an error, as lh_k_embedding (nothing is
  * written then); ids is host memory on every device; out must not overlap table. The table's
- * dtypes as lh_k_embedding (block types on the CPU: the dequantized row is added, one f32
+ * dtypes as lh_k_embedding (block types: the dequantized row is added, one f32
  * addition per element). */
 LH_EXPORT lh_status lh_k_embedding_add(lh_kctx *ctx, const lh_tensor *table, const int32_t *ids,
                                        int64_t n, lh_tensor *out);

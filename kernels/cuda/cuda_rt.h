@@ -116,6 +116,18 @@ lh_status lh_cu_launch(lh_kctx *ctx, const void *fn, dim3 grid, dim3 block, size
  * graph capture or dry run (`fn` names the public kernel in that message). */
 lh_status lh_cu_download(lh_kctx *ctx, const char *fn, void *dst, const void *src, size_t bytes);
 
+/* ggml block types (dequant.cu), arguments checked by the dispatch: a block-type table's rows
+ * by the staged ids dids into out (add: out += the rows), and y = x @ dequant(w)^T (+ bias)
+ * for a block-type w (M, N, K > 0). Each element decoded as lh_k_dequantize decodes it. */
+static inline bool lh_cu_is_block(lh_dtype dt)
+{
+    return dt >= LH_DTYPE_Q4_0 && dt <= LH_DTYPE_Q6_K;
+}
+lh_status lh_cu_embedding_blocks(lh_kctx *ctx, const lh_tensor *table, const int32_t *dids,
+                                 int64_t n, lh_tensor *out, bool add);
+lh_status lh_cu_matmul_blocks(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
+                              const lh_tensor *bias, lh_tensor *y);
+
 /* Grid size helper: ceil(n / d) as unsigned, n >= 0, d > 0. */
 static inline unsigned lh_cu_blocks(int64_t n, int64_t d)
 {

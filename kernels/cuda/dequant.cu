@@ -53,6 +53,11 @@ __device__ __forceinline__ int dq_k_scale(const uint8_t *sc, int s, int which)
 
 template <int DT> struct dq_fmt;
 
+/* Every type with a dq_fmt, for the switches that pick a kernel instance */
+#define DQ_BLOCK_TYPES(X)                                                                        \
+    X(LH_DTYPE_Q4_0) X(LH_DTYPE_Q4_1) X(LH_DTYPE_Q5_0) X(LH_DTYPE_Q5_1) X(LH_DTYPE_Q8_0)        \
+    X(LH_DTYPE_Q4_K) X(LH_DTYPE_Q5_K) X(LH_DTYPE_Q6_K)
+
 template <> struct dq_fmt<LH_DTYPE_Q4_0> {
     enum { B = 32, BYTES = 18 };
     static __device__ __forceinline__ float at(const uint8_t *b, int j)
@@ -179,14 +184,10 @@ lh_status lh_cuda_dequantize(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst)
     a.dst = (float *)dst->data;
     a.n = n;
     switch (src->dtype) {
-    case LH_DTYPE_Q4_0: return dq_launch<LH_DTYPE_Q4_0>(ctx, a);
-    case LH_DTYPE_Q4_1: return dq_launch<LH_DTYPE_Q4_1>(ctx, a);
-    case LH_DTYPE_Q5_0: return dq_launch<LH_DTYPE_Q5_0>(ctx, a);
-    case LH_DTYPE_Q5_1: return dq_launch<LH_DTYPE_Q5_1>(ctx, a);
-    case LH_DTYPE_Q8_0: return dq_launch<LH_DTYPE_Q8_0>(ctx, a);
-    case LH_DTYPE_Q4_K: return dq_launch<LH_DTYPE_Q4_K>(ctx, a);
-    case LH_DTYPE_Q5_K: return dq_launch<LH_DTYPE_Q5_K>(ctx, a);
-    case LH_DTYPE_Q6_K: return dq_launch<LH_DTYPE_Q6_K>(ctx, a);
+#define DQ_CASE(T) \
+    case T: return dq_launch<T>(ctx, a);
+        DQ_BLOCK_TYPES(DQ_CASE)
+#undef DQ_CASE
     case LH_DTYPE_F32:
     case LH_DTYPE_F16:
     case LH_DTYPE_BF16: {
@@ -201,5 +202,142 @@ lh_status lh_cuda_dequantize(lh_kctx *ctx, const lh_tensor *src, lh_tensor *dst)
     default:
         return lh_kerr(ctx, LH_E_UNSUPPORTED, "lh_k_dequantize: src dtype %d has no CUDA kernel",
                        (int)src->dtype);
+    }
+}
+
+/* ---- block-type tables and weights where the kernels read them -------------------------------
+ * lh_cuda_embedding / lh_cuda_embedding_add with a block-type table and lh_cuda_matmul with a
+ * block-type w come here (cuda_rt.h), so that each element is decoded by the same dq_fmt as
+ * lh_k_dequantize: a looked-up row is bit-identical to that row of the dequantized table (the
+ * CPU's too), and the matmul multiplies f32 x by exactly the dequantized weights. */
+
+struct qemb_args {
+    const uint8_t *table;
+    const int32_t *ids; /* staged */
+    float *out;
+    int64_t n, D;
+    int add;
+    int pad_;
+};
+
+template <int DT> static __global__ void qemb_kernel(const qemb_args a)
+{
+    typedef dq_fmt<DT> F;
+    const int64_t row_bytes = a.D / F::B * F::BYTES;
+    for (int64_t row = blockIdx.x; row < a.n; row += gridDim.x) {
+        const uint8_t *r = a.table + (int64_t)a.ids[row] * row_bytes;
+        float *o = a.out + row * a.D;
+        for (int64_t i = threadIdx.x; i < a.D; i += blockDim.x) {
+            const float v = F::at(r + i / F::B * F::BYTES, (int)(i % F::B));
+            o[i] = a.add ? __fadd_rn(o[i], v) : v;
+        }
+    }
+}
+
+lh_status lh_cu_embedding_blocks(lh_kctx *ctx, const lh_tensor *table, const int32_t *dids,
+                                 int64_t n, lh_tensor *out, bool add)
+{
+    qemb_args a;
+    memset(&a, 0, sizeof a);
+    a.table = (const uint8_t *)table->data;
+    a.ids = dids;
+    a.out = (float *)out->data;
+    a.n = n;
+    a.D = table->shape[1];
+    a.add = add;
+    const dim3 grid(n < 65535 ? (unsigned)n : 65535u), block(DQ_THREADS);
+    switch (table->dtype) {
+#define QEMB_CASE(T) \
+    case T: return LH_CU_LAUNCH(ctx, qemb_kernel<T>, grid, block, 0, a);
+        DQ_BLOCK_TYPES(QEMB_CASE)
+#undef QEMB_CASE
+    default:
+        return lh_kerr(ctx, LH_E_UNSUPPORTED, "lh_k_embedding: table dtype %d has no CUDA kernel",
+                       (int)table->dtype);
+    }
+}
+
+/* y = x @ dequant(w)^T (+ bias): a thread block per (weight row, up to QM_MR x rows); its
+ * threads stride K, each decoding a weight element once for all the x rows, fused multiply-adds
+ * into per-thread sums, then a warp and a block reduction. The same f32 values as the CPU's
+ * LH_K_QMM_EXACT path multiply, summed in another order: |y - y_cpu| stays within
+ * 2 K 2^-24 sum_k |x w| (test_cuda_kernels.c). Correctness first: every weight byte is read
+ * from L2 once per QM_MR x rows; a faster decode GEMV / prefill GEMM is future work. */
+#define QM_THREADS 256
+#define QM_MR 8
+
+struct qmm_args {
+    const float *x;
+    const uint8_t *w;
+    const void *bias;
+    float *y;
+    int64_t M, N, K;
+    int bias_dt;
+    int pad_;
+};
+
+template <int DT> static __global__ void __launch_bounds__(QM_THREADS) qmm_kernel(const qmm_args a)
+{
+    typedef dq_fmt<DT> F;
+    __shared__ float red[QM_MR][QM_THREADS / 32];
+    const int64_t row_bytes = a.K / F::B * F::BYTES;
+    const int64_t mgroups = (a.M + QM_MR - 1) / QM_MR;
+    for (int64_t t = blockIdx.x; t < a.N * mgroups; t += gridDim.x) {
+        const int64_t n = t % a.N, m0 = (t / a.N) * QM_MR;
+        const int mr = a.M - m0 < QM_MR ? (int)(a.M - m0) : QM_MR;
+        const uint8_t *wr = a.w + n * row_bytes;
+        float acc[QM_MR];
+#pragma unroll
+        for (int i = 0; i < QM_MR; i++)
+            acc[i] = 0.0f;
+        for (int64_t k = threadIdx.x; k < a.K; k += QM_THREADS) {
+            const float wv = F::at(wr + k / F::B * F::BYTES, (int)(k % F::B));
+#pragma unroll
+            for (int i = 0; i < QM_MR; i++)
+                if (i < mr)
+                    acc[i] = __fmaf_rn(a.x[(m0 + i) * a.K + k], wv, acc[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < QM_MR; i++) {
+            const float v = lh_cu_warp_sum(acc[i]);
+            if ((threadIdx.x & 31) == 0)
+                red[i][threadIdx.x >> 5] = v;
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < mr) {
+            float s = 0.0f;
+            for (int wi = 0; wi < QM_THREADS / 32; wi++)
+                s = __fadd_rn(s, red[threadIdx.x][wi]);
+            if (a.bias)
+                s = __fadd_rn(s, lh_cu_load(a.bias, a.bias_dt, n));
+            a.y[(m0 + threadIdx.x) * a.N + n] = s;
+        }
+        __syncthreads();
+    }
+}
+
+lh_status lh_cu_matmul_blocks(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
+                              const lh_tensor *bias, lh_tensor *y)
+{
+    qmm_args a;
+    memset(&a, 0, sizeof a);
+    a.x = (const float *)x->data;
+    a.w = (const uint8_t *)w->data;
+    a.bias = bias ? bias->data : NULL;
+    a.bias_dt = bias ? (int)bias->dtype : (int)LH_DTYPE_F32;
+    a.y = (float *)y->data;
+    a.M = x->shape[0];
+    a.K = x->shape[1];
+    a.N = w->shape[0];
+    const int64_t tasks = a.N * ((a.M + QM_MR - 1) / QM_MR);
+    const dim3 grid(tasks < 65535 ? (unsigned)tasks : 65535u), block(QM_THREADS);
+    switch (w->dtype) {
+#define QMM_CASE(T) \
+    case T: return LH_CU_LAUNCH(ctx, qmm_kernel<T>, grid, block, 0, a);
+        DQ_BLOCK_TYPES(QMM_CASE)
+#undef QMM_CASE
+    default:
+        return lh_kerr(ctx, LH_E_UNSUPPORTED, "lh_k_matmul: w dtype %d has no CUDA kernel",
+                       (int)w->dtype);
     }
 }

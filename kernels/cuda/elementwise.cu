@@ -128,6 +128,8 @@ lh_status lh_cuda_embedding(lh_kctx *ctx, const lh_tensor *table, const int32_t 
     const int32_t *dids = (const int32_t *)lh_cu_stage(ctx, ids, (size_t)n * sizeof(int32_t), &st);
     if (!dids)
         return st;
+    if (lh_cu_is_block(table->dtype))
+        return lh_cu_embedding_blocks(ctx, table, dids, n, out, false);
     emb_args a;
     memset(&a, 0, sizeof a);
     a.table = table->data;

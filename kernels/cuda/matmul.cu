@@ -380,6 +380,8 @@ lh_status lh_cuda_matmul(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
         return LH_OK;
     if (K == 0) /* empty sums: y = bias (or 0) */
         return launch_bias(ctx, bias, y, M, N, 1);
+    if (lh_cu_is_block(w->dtype))
+        return lh_cu_matmul_blocks(ctx, x, w, bias, y);
     if (M <= GV_MAXM)
         return gemv(ctx, x, w, bias, y, M, N, K);
     return gemm(ctx, x, w, bias, y, M, N, K);

@@ -2867,6 +2867,122 @@ static void test_gpu_dequantize(void)
     env_close(&e);
 }
 
+/* ---- ggml block types in the embedding and the matmul --------------------------------------- */
+
+/* Random blocks of dt with small f16 scales (|d| in [1e-3, 0.1]) at the offsets given, so that no
+ * product overflows */
+static unsigned char *random_blocks(lh_dtype dt, int64_t n, const int *scale_off, int n_scales)
+{
+    int64_t be = 1, bb = 0;
+    lh_k_dtype_block(dt, &be, &bb);
+    const int64_t bytes = lh_k_dtype_bytes(dt, n);
+    unsigned char *b = xcalloc((size_t)bytes, 1);
+    for (int64_t i = 0; i < bytes; i++)
+        b[i] = (unsigned char)(kt_u64() >> 56);
+    for (int64_t blk = 0; blk < bytes / bb; blk++)
+        for (int s = 0; s < n_scales; s++) {
+            const float d = (0.001f + 0.099f * (kt_uniform() * 0.5f + 0.5f)) * ((kt_u64() >> 63) ? -1.0f : 1.0f);
+            const uint16_t h = lh_k_f32_to_f16(d);
+            b[blk * bb + scale_off[s]] = (unsigned char)(h & 0xff);
+            b[blk * bb + scale_off[s] + 1] = (unsigned char)(h >> 8);
+        }
+    return b;
+}
+
+/* Every block type: embedding and embedding_add rows bit-identical to the CPU (each element is
+ * decoded as lh_k_dequantize decodes it); the matmul against the CPU's exact path
+ * (LH_K_QMM_EXACT: the same dequantized weights in f32), within 2 K 2^-24 sum_k |x w| per
+ * output (another summation order), for M 1, 5 and 20, with and without a bias. */
+static void test_gpu_block_types(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    OK(e.c, lh_k_ctx_set_quant_matmul(e.c, LH_K_QMM_EXACT));
+    OK(e.g, lh_k_ctx_set_quant_matmul(e.g, LH_K_QMM_EXACT)); /* the CPU stand-in's path */
+    static const struct {
+        lh_dtype dt;
+        int n_scales, off[2];
+    } types[] = {
+        {LH_DTYPE_Q4_0, 1, {0, 0}}, {LH_DTYPE_Q4_1, 2, {0, 2}}, {LH_DTYPE_Q5_0, 1, {0, 0}},
+        {LH_DTYPE_Q5_1, 2, {0, 2}}, {LH_DTYPE_Q8_0, 1, {0, 0}}, {LH_DTYPE_Q4_K, 2, {0, 2}},
+        {LH_DTYPE_Q5_K, 2, {0, 2}}, {LH_DTYPE_Q6_K, 1, {208, 0}},
+    };
+    kt_seed(1601);
+    static const int32_t ids[5] = {3, 0, 6, 3, 1};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const lh_dtype dt = types[t].dt;
+        int64_t be = 1;
+        lh_k_dtype_block(dt, &be, NULL);
+        /* embedding: table [7, 2 blocks] */
+        const int64_t V = 7, D = 2 * be, n = 5;
+        unsigned char *tab = random_blocks(dt, V * D, types[t].off, types[t].n_scales);
+        float *oc = xcalloc((size_t)(n * D), sizeof(float)), *og = xcalloc((size_t)(n * D), sizeof(float));
+        void *dtab = dput(&e, dt, tab, V * D), *dout = dnew(&e, (size_t)(n * D) * sizeof(float));
+        lh_tensor ht = kt_t2(dt, tab, V, D), ho = kt_t2(LH_DTYPE_F32, oc, n, D);
+        lh_tensor gt = on_gpu(kt_t2(dt, dtab, V, D)), go = on_gpu(kt_t2(LH_DTYPE_F32, dout, n, D));
+        char what[96];
+        snprintf(what, sizeof what, "embedding %s", lh_k_dtype_name(dt));
+        if (OK(e.c, lh_k_embedding(e.c, &ht, ids, n, &ho)) &&
+            OK(e.g, lh_k_embedding(e.g, &gt, ids, n, &go)) && dget(&e, LH_DTYPE_F32, og, dout, n * D))
+            CMP_BITS(what, LH_DTYPE_F32, og, oc, n * D);
+        /* embedding_add onto the rows just looked up */
+        snprintf(what, sizeof what, "embedding_add %s", lh_k_dtype_name(dt));
+        if (OK(e.c, lh_k_embedding_add(e.c, &ht, ids, n, &ho)) &&
+            OK(e.g, lh_k_embedding_add(e.g, &gt, ids, n, &go)) && dget(&e, LH_DTYPE_F32, og, dout, n * D))
+            CMP_BITS(what, LH_DTYPE_F32, og, oc, n * D);
+        env_drop(&e);
+        free(tab);
+        free(oc);
+        free(og);
+        /* matmul: w [37, 3 blocks] */
+        const int64_t N = 37, K = 3 * be, Mmax = 20;
+        unsigned char *w = random_blocks(dt, N * K, types[t].off, types[t].n_scales);
+        float *wf = xcalloc((size_t)(N * K), sizeof(float));
+        lh_tensor hw = kt_t2(dt, w, N, K), hwf = kt_t2(LH_DTYPE_F32, wf, N, K);
+        OK(e.c, lh_k_dequantize(e.c, &hw, &hwf));
+        float *x = xcalloc((size_t)(Mmax * K), sizeof(float)), *bias = xcalloc((size_t)N, sizeof(float));
+        fill_uniform(x, Mmax * K, 1.0f);
+        fill_uniform(bias, N, 1.0f);
+        float *yc = xcalloc((size_t)(Mmax * N), sizeof(float)), *yg = xcalloc((size_t)(Mmax * N), sizeof(float));
+        double *tol = xcalloc((size_t)(Mmax * N), sizeof(double));
+        for (int64_t m = 0; m < Mmax; m++)
+            for (int64_t c = 0; c < N; c++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++)
+                    s += fabs((double)x[m * K + k] * wf[c * K + k]);
+                tol[m * N + c] = 2.0 * (double)(K + 8) * 0x1p-24 * (s + 1.0);
+            }
+        void *dw = dput(&e, dt, w, N * K), *dx = dput(&e, LH_DTYPE_F32, x, Mmax * K);
+        void *db = dput(&e, LH_DTYPE_F32, bias, N), *dy = dnew(&e, (size_t)(Mmax * N) * sizeof(float));
+        static const int64_t Ms[3] = {1, 5, 20};
+        for (int mi = 0; mi < 3; mi++)
+            for (int wb = 0; wb < 2; wb++) {
+                const int64_t M = Ms[mi];
+                lh_tensor hx = kt_t2(LH_DTYPE_F32, x, M, K), hy = kt_t2(LH_DTYPE_F32, yc, M, N);
+                lh_tensor hb = kt_t1(LH_DTYPE_F32, bias, N);
+                lh_tensor gw = on_gpu(kt_t2(dt, dw, N, K)), gx = on_gpu(kt_t2(LH_DTYPE_F32, dx, M, K));
+                lh_tensor gb = on_gpu(kt_t1(LH_DTYPE_F32, db, N)), gy = on_gpu(kt_t2(LH_DTYPE_F32, dy, M, N));
+                snprintf(what, sizeof what, "matmul w %s M %lld%s", lh_k_dtype_name(dt), (long long)M,
+                         wb ? " + bias" : "");
+                if (OK(e.c, lh_k_matmul(e.c, &hx, &hw, wb ? &hb : NULL, &hy)) &&
+                    OK(e.g, lh_k_matmul(e.g, &gx, &gw, wb ? &gb : NULL, &gy)) &&
+                    dget(&e, LH_DTYPE_F32, yg, dy, M * N))
+                    CMP(what, yg, yc, M * N, 0.0, 0.0, tol);
+            }
+        env_drop(&e);
+        free(w);
+        free(wf);
+        free(x);
+        free(bias);
+        free(yc);
+        free(yg);
+        free(tol);
+    }
+    env_close(&e);
+}
+
 static CU_TestInfo nogpu_tests[] = {
     {"device count 0 comes with a reason", test_reason_when_unavailable},
     {"a CUDA context without a device is refused, naming cuda and the reason",
@@ -2908,6 +3024,9 @@ static CU_TestInfo gpu_tests[] = {
     {"CUDA graphs: embedding_add ids staged in the dry run", test_gpu_nn_graph},
     {"dequantize: every ggml block type, bit-identical to gguf-py and the CPU",
      test_gpu_dequantize},
+    {"block types: embedding(_add) bit-identical to the CPU, matmul within rounding of its exact "
+     "path",
+     test_gpu_block_types},
     CU_TEST_INFO_NULL,
 };
 

@@ -7,8 +7,8 @@
  * and above the 1024-float stage of embedding_add, so a row is decoded in pieces) and the
  * committed extreme-scale fixtures against gguf-py's floats. Then the refusals: D not a
  * multiple of the block (LH_E_USAGE naming D and the block), ids outside [0, V) on a block
- * table (LH_E_USAGE, nothing written), a dtype outside the set, and on a CUDA context a
- * block-type table (LH_E_UNSUPPORTED; skipped where no CUDA context can be created). */
+ * table (LH_E_USAGE, nothing written) and a dtype outside the set. The CUDA twin is in
+ * test_cuda_kernels.c (block types). */
 #include "qtest.h"
 
 static lh_status emb(lh_kctx *ctx, bool add, lh_dtype dt, const void *table, int64_t V,
@@ -198,34 +198,6 @@ static void test_qembedding_errors(void)
     lh_k_ctx_free(ctx);
 }
 
-/* On a CUDA context a block-type table is refused by name before any data is touched, so host
- * pointers stand in for device memory. */
-static void test_qembedding_cuda_refused(void)
-{
-    lh_kctx *ctx = lh_k_ctx_create(1, kt_cuda());
-    if (!ctx) {
-        LH_TEST_SKIP("no CUDA context (no CUDA in the build, no driver or no device)");
-        return;
-    }
-    static uint8_t table[2 * 210];
-    static float out[256];
-    const int32_t ids[1] = {1};
-    for (size_t qi = 0; qi < N_QTYPES; qi++)
-        for (int add = 0; add < 2; add++) {
-            lh_tensor t = kt_t2(qtypes[qi].dt, table, 2, 256), o = kt_t2(LH_DTYPE_F32, out, 1, 256);
-            t.device = o.device = kt_cuda();
-            lh_status st = add ? lh_k_embedding_add(ctx, &t, ids, 1, &o)
-                               : lh_k_embedding(ctx, &t, ids, 1, &o);
-            CU_ASSERT_EQUAL(st, LH_E_UNSUPPORTED);
-            char want[200];
-            snprintf(want, sizeof want,
-                     "%s: quantized tables (%s) on cuda:0 are not implemented yet; dequantize "
-                     "them (lh_k_dequantize) or run on the CPU",
-                     add ? "lh_k_embedding_add" : "lh_k_embedding", lh_k_dtype_name(qtypes[qi].dt));
-            CU_ASSERT_TRUE(kt_contains(lh_k_last_error(ctx), want));
-        }
-    lh_k_ctx_free(ctx);
-}
 
 static CU_TestInfo qembedding_tests[] = {
     {"quantized-table embedding(_add) == dequantized rows, bit for bit [scalar]",
@@ -241,7 +213,6 @@ static CU_TestInfo qembedding_tests[] = {
     {"quantized-table embedding(_add) of the extreme-scale fixtures == gguf-py [avx512]",
      qembedding_fixtures_avx512},
     {"quantized-table embedding(_add) argument errors", test_qembedding_errors},
-    {"quantized-table embedding(_add) refused on a CUDA context", test_qembedding_cuda_refused},
     CU_TEST_INFO_NULL,
 };
 

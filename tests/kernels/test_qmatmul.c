@@ -8,8 +8,8 @@
  * with an f32, bf16 or f16 one. The weights are random blocks: random quant bytes with small
  * f16 scales (|d| in [1e-3, 1e-1], random sign), so no value is inf or NaN. Then the refusals:
  * K not a multiple of the block (LH_E_USAGE naming K and the block), a quantized bias
- * (LH_E_UNSUPPORTED), a weight on another device (LH_E_USAGE), and on a CUDA context a
- * block-type weight (LH_E_UNSUPPORTED; skipped where no CUDA context can be created). */
+ * (LH_E_UNSUPPORTED) and a weight on another device (LH_E_USAGE). The CUDA twin is in
+ * test_cuda_kernels.c (block types). */
 #include "qtest.h"
 
 /* a context of the ISA in LH_K_QMM_EXACT mode */
@@ -185,31 +185,6 @@ static void test_qmatmul_errors(void)
 
 /* On a CUDA context a block-type weight is refused with a clear message, not a crash. The
  * refusal comes before any data is touched, so host pointers stand in for device memory. */
-static void test_qmatmul_cuda_refused(void)
-{
-    lh_kctx *ctx = lh_k_ctx_create(1, kt_cuda());
-    if (!ctx) {
-        LH_TEST_SKIP("no CUDA context (no CUDA in the build, no driver or no device)");
-        return;
-    }
-    static const char *const names[] = {"q4_0", "q4_1", "q5_0", "q5_1",
-                                        "q8_0", "q4_k", "q5_k", "q6_k"};
-    static float x[2 * 256], y[2 * 3];
-    static uint8_t w[3 * 210];
-    for (size_t qi = 0; qi < N_QTYPES; qi++) {
-        lh_tensor xt = kt_t2(LH_DTYPE_F32, x, 2, 256), wt = kt_t2(qtypes[qi].dt, w, 3, 256);
-        lh_tensor yt = kt_t2(LH_DTYPE_F32, y, 2, 3);
-        xt.device = wt.device = yt.device = kt_cuda();
-        CU_ASSERT_EQUAL(lh_k_matmul(ctx, &xt, &wt, NULL, &yt), LH_E_UNSUPPORTED);
-        char want[200];
-        snprintf(want, sizeof want,
-                 "lh_k_matmul: quantized weights (%s) on cuda:0 are not implemented yet; "
-                 "dequantize them (lh_k_dequantize) or run on the CPU",
-                 names[qi]);
-        CU_ASSERT_TRUE(kt_contains(lh_k_last_error(ctx), want));
-    }
-    lh_k_ctx_free(ctx);
-}
 
 static CU_TestInfo qmatmul_tests[] = {
     {"quantized matmul == dequantize + f32 matmul, bit for bit [scalar]",
@@ -221,7 +196,6 @@ static CU_TestInfo qmatmul_tests[] = {
     {"quantized matmul N 100, M 70 K 1280 (both loop orders) [avx2]", qmatmul_large_avx2},
     {"quantized matmul N 100, M 70 K 1280 (both loop orders) [avx512]", qmatmul_large_avx512},
     {"quantized matmul argument errors", test_qmatmul_errors},
-    {"quantized matmul refused on a CUDA context", test_qmatmul_cuda_refused},
     CU_TEST_INFO_NULL,
 };
 
