@@ -87,6 +87,17 @@ static inline bool qt_same_bits(const char *what, const float *got, const float 
     return true;
 }
 
+/* The two ways the kernel tests lay a fixture of nb bytes out as a weight: [rows, cols] as its
+ * README says, and one block per row: shapes[s] = {N, K}. */
+static inline void qt_fixture_shapes(const qtype *q, size_t nb, int64_t shapes[2][2])
+{
+    const int64_t blocks = (int64_t)nb / q->block_bytes;
+    shapes[0][0] = q->fixture_rows;
+    shapes[0][1] = blocks / q->fixture_rows * q->block_elems;
+    shapes[1][0] = blocks;
+    shapes[1][1] = q->block_elems;
+}
+
 /* y = x @ w^T (+ b) through lh_k_matmul, printing the error if it fails. */
 static inline lh_status qt_mm(lh_kctx *ctx, lh_dtype wdt, const void *w, const float *x, const void *b,
                     lh_dtype bdt, float *y, int64_t M, int64_t K, int64_t N)

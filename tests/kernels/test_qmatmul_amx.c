@@ -123,6 +123,24 @@ static void ref_amx32(lh_dtype dt, const uint8_t *w, int64_t bbytes, const float
 
 /* ---- the cases --------------------------------------------------------------------------------- */
 
+/* the scalar reference and AMX on 1 and 2 threads */
+static void ctxs_open(lh_kctx **scalar, lh_kctx *amx[2])
+{
+    *scalar = kt_ctx(1, LH_K_ISA_SCALAR);
+    amx[0] = kt_ctx(1, LH_K_ISA_AMX);
+    amx[1] = kt_ctx(2, LH_K_ISA_AMX);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(*scalar);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(amx[0]);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(amx[1]);
+}
+
+static void ctxs_close(lh_kctx *scalar, lh_kctx *amx[2])
+{
+    lh_k_ctx_free(scalar);
+    lh_k_ctx_free(amx[0]);
+    lh_k_ctx_free(amx[1]);
+}
+
 /* AMX on 1 and 2 threads against the scalar context (K types, or M < 16) or ref_amx32 */
 static long amx_case(lh_kctx *scalar, lh_kctx *amx[2], const qtype *q, const uint8_t *wq,
                      int64_t M, int64_t K, int64_t N, int bias_kind, bool nonfinite, const char *what)
@@ -144,11 +162,8 @@ static void test_amx_random(void)
 {
     if (!have_amx())
         return;
-    lh_kctx *scalar = kt_ctx(1, LH_K_ISA_SCALAR);
-    lh_kctx *amx[2] = {kt_ctx(1, LH_K_ISA_AMX), kt_ctx(2, LH_K_ISA_AMX)};
-    CU_ASSERT_PTR_NOT_NULL_FATAL(scalar);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(amx[0]);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(amx[1]);
+    lh_kctx *scalar, *amx[2];
+    ctxs_open(&scalar, amx);
     kt_seed(419);
     static const int64_t nblocks[] = {1, 2, 3, 5, 40};
     static const int64_t Ms[] = {16, 17, 31, 33, 70, 7}, Ns[] = {1, 5, 33, 100};
@@ -179,9 +194,7 @@ static void test_amx_random(void)
     }
     CU_ASSERT_TRUE(cases > 300);
     CU_ASSERT_EQUAL(bad, 0);
-    lh_k_ctx_free(scalar);
-    lh_k_ctx_free(amx[0]);
-    lh_k_ctx_free(amx[1]);
+    ctxs_close(scalar, amx);
 }
 
 /* the extreme-scale fixtures as weights: inf and NaN products, each path's bits still */
@@ -189,11 +202,8 @@ static void test_amx_fixtures(void)
 {
     if (!have_amx())
         return;
-    lh_kctx *scalar = kt_ctx(1, LH_K_ISA_SCALAR);
-    lh_kctx *amx[2] = {kt_ctx(1, LH_K_ISA_AMX), kt_ctx(2, LH_K_ISA_AMX)};
-    CU_ASSERT_PTR_NOT_NULL_FATAL(scalar);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(amx[0]);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(amx[1]);
+    lh_kctx *scalar, *amx[2];
+    ctxs_open(&scalar, amx);
     kt_seed(421);
     long bad = 0;
     for (size_t qi = 0; qi < N_QTYPES; qi++) {
@@ -201,18 +211,15 @@ static void test_amx_fixtures(void)
         size_t nb = 0;
         uint8_t *raw = qt_read_fixture(q->file, "bin", &nb);
         CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
-        const int64_t blocks = (int64_t)nb / q->block_bytes;
-        const int64_t shapes[2][2] = {{q->fixture_rows, blocks / q->fixture_rows * q->block_elems},
-                                      {blocks, q->block_elems}};
+        int64_t shapes[2][2];
+        qt_fixture_shapes(q, nb, shapes);
         for (int s = 0; s < 2; s++)
             bad += amx_case(scalar, amx, q, raw, 20, shapes[s][1], shapes[s][0], s + 1, s == 1,
                             "fixture");
         free(raw);
     }
     CU_ASSERT_EQUAL(bad, 0);
-    lh_k_ctx_free(scalar);
-    lh_k_ctx_free(amx[0]);
-    lh_k_ctx_free(amx[1]);
+    ctxs_close(scalar, amx);
 }
 
 /* Empty shapes at M >= 16: K 0 gives the bias, N 0 and M 0 nothing (no tile work at all) */

@@ -146,10 +146,8 @@ static void qmm_fixtures_vs_scalar(lh_k_isa isa)
         size_t nb = 0;
         uint8_t *raw = qt_read_fixture(q->file, "bin", &nb);
         CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
-        const int64_t blocks = (int64_t)nb / q->block_bytes;
-        /* as [rows, cols] of the fixture and as one block per row */
-        const int64_t shapes[2][2] = {{q->fixture_rows, blocks / q->fixture_rows * q->block_elems},
-                                      {blocks, q->block_elems}};
+        int64_t shapes[2][2];
+        qt_fixture_shapes(q, nb, shapes);
         for (int s = 0; s < 2; s++)
             for (int64_t M = 1; M <= 6; M += 5)
                 bad += compare_case(ref, ctxs, 2, q, raw, M, shapes[s][1], shapes[s][0],
