@@ -164,8 +164,12 @@ static lh_status check_side(lh_kctx *ctx, const char *fn, const char *arg, const
         return lh_kerr(ctx, LH_E_USAGE, "%s: %s is on %s, but the context is on %s", fn, arg,
                        dev_name(t->device, (char[32]){0}, 32),
                        dev_name(ctx->device, (char[32]){0}, 32));
-    /* bytes as they are: the block types too (a quantized weight's upload), whole blocks only */
-    LH_KD_CHECK(lh_kd_check_layout(ctx, fn, arg, t, 1, LH_MAX_DIMS, LH_KD_KV | LH_KD_BLOCK));
+    /* bytes as they are: quantized weights too (their upload), block types in whole blocks */
+    LH_KD_CHECK(lh_kd_check_layout(ctx, fn, arg, t, 1, LH_MAX_DIMS,
+                                   LH_KD_KV | LH_KD_BLOCK | LH_KD_INTW));
+    if (t->dtype == LH_DTYPE_INT4 && lh_cpu_numel(t) % 2 != 0)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: %s int4 %s has an odd element count (two per byte, "
+                       "whole bytes only)", fn, arg, LH_KD_SH(t));
     if (lh_k_dtype_bytes(t->dtype, lh_cpu_numel(t)) < 0)
         return lh_kerr(ctx, LH_E_USAGE, "%s: %s %s %s is not a whole number of %s blocks", fn, arg,
                        lh_kd_dt_name(t->dtype), LH_KD_SH(t), lh_kd_dt_name(t->dtype));

@@ -22,6 +22,9 @@
      (1u << LH_DTYPE_Q5_1) | (1u << LH_DTYPE_Q8_0) | (1u << LH_DTYPE_Q4_K) |                  \
      (1u << LH_DTYPE_Q5_K) | (1u << LH_DTYPE_Q6_K))
 
+/* the integer weights of the weight-only quantized linears (lh_k_matmul_scaled) */
+#define LH_KD_INTW ((1u << LH_DTYPE_INT8) | (1u << LH_DTYPE_INT4))
+
 #define LH_KD_CHECK(expr)                                                                     \
     do {                                                                                      \
         lh_status st_ = (expr);                                                               \

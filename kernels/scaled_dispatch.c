@@ -1,13 +1,13 @@
 /* The public kernels of weights with separate scale tensors (lh_k_matmul_scaled,
  * lh_k_dequantize_scaled, lh_k_quantize_scaled; lh_kernels.h): argument checks, then the CPU
- * implementation (kernels/cpu/scaled.c, scaled_quant.c). A CUDA context is refused after the
- * checks: there is no CUDA twin yet, and saying so beats a silent host round trip. */
+ * implementation (kernels/cpu/scaled.c, scaled_quant.c) or its CUDA twin (kernels/cuda/
+ * scaled.cu). A refused quantization source is worded here, once for both. */
 #include "dispatch_checks.h"
 #include "cpu/scaled.h"
 
 #include <inttypes.h>
 
-#define SCALED_W ((1u << LH_DTYPE_INT8) | (1u << LH_DTYPE_INT4) | (1u << LH_DTYPE_FP8_E4M3))
+#define SCALED_W (LH_KD_INTW | (1u << LH_DTYPE_FP8_E4M3))
 #define SCALED_S ((1u << LH_DTYPE_F32) | (1u << LH_DTYPE_F16))
 
 /* The weight / scale pair: w [N, K] int8, int4 (K even) or fp8; scale f32 or f16
@@ -36,13 +36,26 @@ static lh_status check_pair(lh_kctx *ctx, const char *fn, const char *wname, con
     return LH_OK;
 }
 
-static lh_status refuse_cuda(lh_kctx *ctx, const char *fn, const lh_tensor *w)
+/* The error for a source that lh_k_quantize_scaled refuses (f from either device). */
+static lh_status quant_failed(lh_kctx *ctx, const char *fn, const lh_tensor *src, int64_t br,
+                              int64_t bc, const lh_tensor *w, const lh_scaled_qfail *f)
 {
-    return lh_kerr(ctx, LH_E_UNSUPPORTED,
-                   "%s: %s weights with scale tensors on cuda:%d are not implemented yet; "
-                   "dequantize them on the CPU (lh_k_dequantize_scaled) and upload the result, or "
-                   "run on the CPU",
-                   fn, lh_kd_dt_name(w->dtype), ctx->device.index);
+    const int64_t K = src->shape[1], N = src->shape[0];
+    if (f->bad_elem >= 0)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: src %s row %" PRId64 " col %" PRId64 " is %s", fn,
+                       lh_kd_dt_name(src->dtype), f->bad_elem / K, f->bad_elem % K,
+                       f->bad_nan ? "nan" : "inf");
+    const int64_t scols = lh_scaled_blocks(K, bc);
+    const int64_t rb = f->bad_block / scols, c = f->bad_block % scols;
+    const int64_t r0 = rb * br, r1 = N - r0 < br ? N : r0 + br;
+    const int64_t k0 = c * bc, k1 = K - k0 < bc ? K : k0 + bc;
+    const float qmax = w->dtype == LH_DTYPE_INT8 ? 127.0f : w->dtype == LH_DTYPE_INT4 ? 7.0f : 448.0f;
+    return lh_kerr(ctx, LH_E_USAGE,
+                   "%s: the block of rows [%" PRId64 ", %" PRId64 ") cols [%" PRId64 ", %" PRId64
+                   ") has absmax %g: its scale absmax / %g = %g overflows f16 (largest 65504); "
+                   "use an f32 scale",
+                   fn, r0, r1, k0, k1, (double)f->bad_amax, (double)qmax,
+                   (double)(f->bad_amax / qmax));
 }
 
 LH_EXPORT lh_status lh_k_matmul_scaled(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
@@ -70,9 +83,9 @@ LH_EXPORT lh_status lh_k_matmul_scaled(lh_kctx *ctx, const lh_tensor *x, const l
     if (lh_kd_overlaps(y, x) || lh_kd_overlaps(y, w) || lh_kd_overlaps(y, scale) ||
         lh_kd_overlaps(y, bias))
         return lh_kerr(ctx, LH_E_USAGE, "%s: y %s overlaps an input", fn, LH_KD_SH(y));
-    if (ctx->cuda)
-        return refuse_cuda(ctx, fn, w);
-    return lh_cpu_matmul_scaled(ctx, x, w, scale, block_rows, block_cols, bias, y);
+    return LH_KD_ON_DEVICE(
+        ctx, LH_CUDA(matmul_scaled)(ctx, x, w, scale, block_rows, block_cols, bias, y),
+        lh_cpu_matmul_scaled(ctx, x, w, scale, block_rows, block_cols, bias, y));
 }
 
 LH_EXPORT lh_status lh_k_dequantize_scaled(lh_kctx *ctx, const lh_tensor *w, const lh_tensor *scale,
@@ -87,9 +100,9 @@ LH_EXPORT lh_status lh_k_dequantize_scaled(lh_kctx *ctx, const lh_tensor *w, con
                        LH_KD_SH(dst), LH_KD_SH(w));
     if (lh_kd_overlaps(dst, w) || lh_kd_overlaps(dst, scale))
         return lh_kerr(ctx, LH_E_USAGE, "%s: dst %s overlaps w or scale", fn, LH_KD_SH(dst));
-    if (ctx->cuda)
-        return refuse_cuda(ctx, fn, w);
-    return lh_cpu_dequantize_scaled(ctx, w, scale, block_rows, block_cols, dst);
+    return LH_KD_ON_DEVICE(
+        ctx, LH_CUDA(dequantize_scaled)(ctx, w, scale, block_rows, block_cols, dst),
+        lh_cpu_dequantize_scaled(ctx, w, scale, block_rows, block_cols, dst));
 }
 
 LH_EXPORT lh_status lh_k_quantize_scaled(lh_kctx *ctx, const lh_tensor *src, int64_t block_rows,
@@ -104,10 +117,13 @@ LH_EXPORT lh_status lh_k_quantize_scaled(lh_kctx *ctx, const lh_tensor *src, int
                        LH_KD_SH(w), LH_KD_SH(src));
     if (lh_kd_overlaps(w, src) || lh_kd_overlaps(scale, src) || lh_kd_overlaps(w, scale))
         return lh_kerr(ctx, LH_E_USAGE, "%s: src, w and scale must not overlap one another", fn);
-    if (ctx->cuda)
-        return lh_kerr(ctx, LH_E_UNSUPPORTED,
-                       "%s: quantizing to %s on cuda:%d is not implemented yet; quantize on the "
-                       "CPU and upload the result",
-                       fn, lh_kd_dt_name(w->dtype), ctx->device.index);
-    return lh_cpu_quantize_scaled(ctx, src, block_rows, block_cols, w, scale);
+    lh_scaled_qfail f = {.bad_elem = -1, .bad_block = -1};
+    const lh_status st = LH_KD_ON_DEVICE(
+        ctx, LH_CUDA(quantize_scaled)(ctx, src, block_rows, block_cols, w, scale, &f),
+        lh_cpu_quantize_scaled(ctx, src, block_rows, block_cols, w, scale, &f));
+    if (st != LH_OK)
+        return st;
+    if (f.bad_elem >= 0 || f.bad_block >= 0)
+        return quant_failed(ctx, fn, src, block_rows, block_cols, w, &f);
+    return LH_OK;
 }

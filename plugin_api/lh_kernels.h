@@ -618,8 +618,8 @@ typedef struct lh_k_mem_stats {
 LH_EXPORT void lh_k_mem_stats_get(const lh_kctx *ctx, lh_k_mem_stats *out);
 
 /* dst = src, same dtype and shape, contiguous; each on the CPU or on the context's device (any
- * direction). Dtypes f32, bf16, f16, fp8_e4m3 and the block types (whole blocks: the element
- * count a multiple of the block). A copy that ends in host memory waits for the data; one from host memory is
+ * direction). Dtypes f32, bf16, f16, fp8_e4m3, int8, int4 (an even element count) and the
+ * block types (whole blocks: the element count a multiple of the block). A copy that ends in host memory waits for the data; one from host memory is
  * staged through pinned memory, so src may be reused when the call returns. */
 LH_EXPORT lh_status lh_k_copy(lh_kctx *ctx, lh_tensor *dst, const lh_tensor *src);
 /* dst rows i = src rows rows[i] for i < n: src [R, D], dst [n, D], f32, on the context's
@@ -668,8 +668,12 @@ LH_EXPORT void lh_k_graph_free(lh_k_graph *g);
  * that multiplication gives). The tensors are views owned by the caller; nothing is kept after
  * a call. Every check failure is LH_E_USAGE with a message naming the argument (dims, shapes,
  * block sizes, the scale shape expected, int4 with an odd K, overlapping tensors), except a
- * dtype outside a set, which is LH_E_UNSUPPORTED as for every kernel. CPU only for now: on a
- * CUDA context all three are LH_E_UNSUPPORTED ("... on cuda:0 are not implemented yet"). */
+ * dtype outside a set, which is LH_E_UNSUPPORTED as for every kernel. On a CUDA context all
+ * three run on the device (kernels/cuda/scaled.cu) with the same results as on the CPU, bit for
+ * bit (a NaN result is a NaN there too, its payload and sign unspecified), except the exact
+ * path's f32 sums of lh_k_matmul_scaled, which run in another order (|y - y_cpu| <= 2 K 2^-24
+ * sum_k |x w| + rounding of the bias); lh_k_quantize_scaled waits for the device there
+ * (LH_E_USAGE inside a graph step, before anything is queued). */
 
 /* y [M, N] f32 = x [M, K] f32 @ dequant(w)^T (+ bias [N] f32, bf16 or f16; NULL: none); y
  * must not overlap an input. Two ways, by the context's lh_k_ctx_set_quant_matmul mode:

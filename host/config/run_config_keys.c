@@ -481,10 +481,10 @@ const lh_rc_key lh_rc_keys[] = {
      AT(weight_placement, weight_placement_origin), NONE2, .json_rank = 14},
     {.name = "quantized_matmul", .type = LH_RC_ENUM, .from = Y | S,
      .cli = "--quantized-matmul", .def = "int8",
-     .help = "quantized weights on the CPU (GGUF block types; the quant config's int8): int8 "
-             "= activations quantized to 8 bits, integer dot products (fast, llama.cpp's "
-             "arithmetic); exact = weights decoded to f32 (bit-identical to the dequantized "
-             "model)",
+     .help = "quantized weights (GGUF block types on the CPU; the quant config's int8 on "
+             "the CPU and CUDA): int8 = activations quantized to 8 bits, integer dot products "
+             "(fast, llama.cpp's arithmetic); exact = weights decoded to f32 (bit-identical to "
+             "the dequantized model)",
      ENUM_OF(qmm_names), AT(quantized_matmul, quantized_matmul_origin), NONE2,
      .json_rank = 16},
     {.name = "bf16_matmul", .type = LH_RC_ENUM, .from = Y | S, .cli = "--bf16-matmul",

@@ -155,16 +155,6 @@ static lh_status upload_weights(lh_runner *r, lh_err *err)
     }
     char dev[32];
     lh_runner_device_name(r->dev, dev, sizeof dev);
-    /* the CUDA kernels have no matmul with separate scales yet: refuse before a byte moves
-     * rather than at the first step (block types have their CUDA twins) */
-    for (int64_t i = 0; i < n && r->dev.kind == LH_DEVICE_CUDA; i++)
-        if (w[i].scale_name) {
-            free(src);
-            return lh_err_set(err, LH_E_UNSUPPORTED, "%s is %s: weight-only quantized weights "
-                              "(the quant config, FP8 checkpoints) run on the CPU only in this "
-                              "build, not on %s; use device: cpu", w[i].name,
-                              lh_k_dtype_name(w[i].t.dtype), dev);
-        }
     /* the bytes to move, each storage once (the bar's total) */
     int64_t total = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -149,14 +149,27 @@ lh_status lh_cpu_matmul_scaled_int8(lh_kctx *ctx, const lh_tensor *x, const lh_t
                                     const lh_tensor *scale, int64_t block_rows,
                                     const lh_tensor *bias, lh_tensor *y);
 
+/* Why lh_k_quantize_scaled refuses a source, as its CPU and CUDA implementations find it;
+ * scaled_dispatch.c words the error from it, the same for both. */
+typedef struct lh_scaled_qfail {
+    int64_t bad_elem;  /* the first non-finite source element in row-major order, n * K + k;
+                          -1: none */
+    int bad_nan;       /* that element is a NaN (else an inf) */
+    int64_t bad_block; /* without one: the first block (row block * scale cols + col block)
+                          whose f16 scale overflows; -1: none */
+    float bad_amax;    /* that block's absmax */
+} lh_scaled_qfail;
+
 /* lh_k_matmul_scaled, lh_k_dequantize_scaled, lh_k_quantize_scaled on the CPU (arguments
- * checked; scaled.c, scaled_quant.c). */
+ * checked; scaled.c, scaled_quant.c). quantize: LH_OK with *fail saying whether the source was
+ * refused (then w and scale hold no promised contents), LH_E_NOMEM. */
 lh_status lh_cpu_matmul_scaled(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
                                const lh_tensor *scale, int64_t block_rows, int64_t block_cols,
                                const lh_tensor *bias, lh_tensor *y);
 lh_status lh_cpu_dequantize_scaled(lh_kctx *ctx, const lh_tensor *w, const lh_tensor *scale,
                                    int64_t block_rows, int64_t block_cols, lh_tensor *dst);
 lh_status lh_cpu_quantize_scaled(lh_kctx *ctx, const lh_tensor *src, int64_t block_rows,
-                                 int64_t block_cols, lh_tensor *w, lh_tensor *scale);
+                                 int64_t block_cols, lh_tensor *w, lh_tensor *scale,
+                                 lh_scaled_qfail *fail);
 
 #endif

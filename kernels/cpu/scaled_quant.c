@@ -13,7 +13,6 @@
  * failed call reports does not depend on the thread count. */
 #include "scaled.h"
 
-#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -163,9 +162,12 @@ static void quant_task(int64_t t, int tid, void *user)
 #define QUANT_TASK_ELEMS 65536 /* source elements per task, at least one row block */
 
 lh_status lh_cpu_quantize_scaled(lh_kctx *ctx, const lh_tensor *src, int64_t block_rows,
-                                 int64_t block_cols, lh_tensor *w, lh_tensor *scale)
+                                 int64_t block_cols, lh_tensor *w, lh_tensor *scale,
+                                 lh_scaled_qfail *fail)
 {
     static const char fn[] = "lh_k_quantize_scaled";
+    fail->bad_elem = -1;
+    fail->bad_block = -1;
     struct quant_job j;
     memset(&j, 0, sizeof j);
     j.src = src->data;
@@ -200,11 +202,9 @@ lh_status lh_cpu_quantize_scaled(lh_kctx *ctx, const lh_tensor *src, int64_t blo
 
     const long long bad = atomic_load(&j.bad_elem), badb = atomic_load(&j.bad_block);
     if (bad != LLONG_MAX) {
-        const int64_t n = (int64_t)bad / j.K, k = (int64_t)bad % j.K;
-        return lh_kerr(ctx, LH_E_USAGE, "%s: src %s row %" PRId64 " col %" PRId64 " is %s", fn,
-                       lh_k_dtype_name(j.sdt), n, k, isnan(src_at(&j, n, k)) ? "nan" : "inf");
-    }
-    if (badb != LLONG_MAX) {
+        fail->bad_elem = (int64_t)bad;
+        fail->bad_nan = isnan(src_at(&j, (int64_t)bad / j.K, (int64_t)bad % j.K));
+    } else if (badb != LLONG_MAX) {
         const int64_t rb = (int64_t)badb / j.scale_cols, c = (int64_t)badb % j.scale_cols;
         const int64_t r0 = rb * j.br, r1 = j.N - r0 < j.br ? j.N : r0 + j.br;
         const int64_t k0 = c * j.bc, k1 = j.K - k0 < j.bc ? j.K : k0 + j.bc;
@@ -212,11 +212,8 @@ lh_status lh_cpu_quantize_scaled(lh_kctx *ctx, const lh_tensor *src, int64_t blo
         for (int64_t n = r0; n < r1; n++)
             for (int64_t k = k0; k < k1; k++)
                 amax = fmaxf(amax, fabsf(src_at(&j, n, k)));
-        return lh_kerr(ctx, LH_E_USAGE,
-                       "%s: the block of rows [%" PRId64 ", %" PRId64 ") cols [%" PRId64 ", %" PRId64
-                       ") has absmax %g: its scale absmax / %g = %g overflows f16 (largest "
-                       "65504); use an f32 scale",
-                       fn, r0, r1, k0, k1, (double)amax, (double)j.qmax, (double)(amax / j.qmax));
+        fail->bad_block = (int64_t)badb;
+        fail->bad_amax = amax;
     }
     return LH_OK;
 }

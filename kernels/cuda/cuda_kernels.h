@@ -27,6 +27,7 @@ extern "C" {
 #include "cpu/cpu_kernels.h"
 #include "cpu/paged_kernels.h"
 #include "cpu/sampling.h"
+#include "cpu/scaled.h"
 
 /* ---- context (cuda_ctx.cu) ----------------------------------------------------------------- */
 
@@ -107,6 +108,22 @@ lh_status lh_cuda_attention_positions(lh_kctx *ctx, const lh_tensor *q, const lh
 /* dst rows i = src rows rows[i] (f32 [*, D] both; rows host memory, checked by the caller) */
 lh_status lh_cuda_gather_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *rows,
                               int64_t n, lh_tensor *dst);
+
+/* ---- weights with separate scale tensors (cuda/scaled.cu) ----------------------------------- */
+
+/* The twins of lh_cpu_matmul_scaled, lh_cpu_dequantize_scaled and lh_cpu_quantize_scaled
+ * (arguments checked): the same bits wherever the CPU's are defined bit for bit (dequantized
+ * elements, the int8 integer path, the quantized weights and scales), the exact path's sums in
+ * another order. quantize_scaled waits for the device and reports a source it refuses through
+ * *fail (the dispatch words the error, as for the CPU). */
+lh_status lh_cuda_matmul_scaled(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
+                                const lh_tensor *scale, int64_t block_rows, int64_t block_cols,
+                                const lh_tensor *bias, lh_tensor *y);
+lh_status lh_cuda_dequantize_scaled(lh_kctx *ctx, const lh_tensor *w, const lh_tensor *scale,
+                                    int64_t block_rows, int64_t block_cols, lh_tensor *dst);
+lh_status lh_cuda_quantize_scaled(lh_kctx *ctx, const lh_tensor *src, int64_t block_rows,
+                                  int64_t block_cols, lh_tensor *w, lh_tensor *scale,
+                                  lh_scaled_qfail *fail);
 
 /* ---- paged KV cache (cuda/paged_attention.cu, cuda/paged_kv_write.cu) ---------------------- */
 

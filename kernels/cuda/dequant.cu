@@ -12,7 +12,7 @@
  * multiply-add (which would round once and differ from gguf-py in the last bit). The f16
  * scales widen exactly (__half2float); no subnormal f32 can arise from these formats, and the
  * library is built without flush-to-zero. */
-#include "cuda_rt.h"
+#include "matmul_decoded.cuh"
 
 #include <string.h>
 
@@ -257,83 +257,34 @@ lh_status lh_cu_embedding_blocks(lh_kctx *ctx, const lh_tensor *table, const int
     }
 }
 
-/* y = x @ dequant(w)^T (+ bias): a thread block per (weight row, up to QM_MR x rows); its
- * threads stride K, each decoding a weight element once for all the x rows, fused multiply-adds
- * into per-thread sums, then a warp and a block reduction. The same f32 values as the CPU's
- * LH_K_QMM_EXACT path multiply, summed in another order: |y - y_cpu| stays within
- * 2 K 2^-24 sum_k |x w| (test_cuda_kernels.c). Correctness first: every weight byte is read
- * from L2 once per QM_MR x rows; a faster decode GEMV / prefill GEMM is future work. */
-#define QM_THREADS 256
-#define QM_MR 8
-
-struct qmm_args {
-    const float *x;
+/* y = x @ dequant(w)^T (+ bias) through matmul_decoded.cuh, each weight element decoded by
+ * the format's dq_fmt, as lh_k_dequantize decodes it. */
+template <int DT> struct blk_dec {
     const uint8_t *w;
-    const void *bias;
-    float *y;
-    int64_t M, N, K;
-    int bias_dt;
-    int pad_;
+    int64_t row_bytes;
+    __device__ __forceinline__ float at(int64_t n, int64_t k) const
+    {
+        typedef dq_fmt<DT> F;
+        return F::at(w + n * row_bytes + k / F::B * F::BYTES, (int)(k % F::B));
+    }
 };
 
-template <int DT> static __global__ void __launch_bounds__(QM_THREADS) qmm_kernel(const qmm_args a)
+template <int DT>
+static lh_status qmm_launch(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
+                            const lh_tensor *bias, lh_tensor *y)
 {
-    typedef dq_fmt<DT> F;
-    __shared__ float red[QM_MR][QM_THREADS / 32];
-    const int64_t row_bytes = a.K / F::B * F::BYTES;
-    const int64_t mgroups = (a.M + QM_MR - 1) / QM_MR;
-    for (int64_t t = blockIdx.x; t < a.N * mgroups; t += gridDim.x) {
-        const int64_t n = t % a.N, m0 = (t / a.N) * QM_MR;
-        const int mr = a.M - m0 < QM_MR ? (int)(a.M - m0) : QM_MR;
-        const uint8_t *wr = a.w + n * row_bytes;
-        float acc[QM_MR];
-#pragma unroll
-        for (int i = 0; i < QM_MR; i++)
-            acc[i] = 0.0f;
-        for (int64_t k = threadIdx.x; k < a.K; k += QM_THREADS) {
-            const float wv = F::at(wr + k / F::B * F::BYTES, (int)(k % F::B));
-#pragma unroll
-            for (int i = 0; i < QM_MR; i++)
-                if (i < mr)
-                    acc[i] = __fmaf_rn(a.x[(m0 + i) * a.K + k], wv, acc[i]);
-        }
-#pragma unroll
-        for (int i = 0; i < QM_MR; i++) {
-            const float v = lh_cu_warp_sum(acc[i]);
-            if ((threadIdx.x & 31) == 0)
-                red[i][threadIdx.x >> 5] = v;
-        }
-        __syncthreads();
-        if ((int)threadIdx.x < mr) {
-            float s = 0.0f;
-            for (int wi = 0; wi < QM_THREADS / 32; wi++)
-                s = __fadd_rn(s, red[threadIdx.x][wi]);
-            if (a.bias)
-                s = __fadd_rn(s, lh_cu_load(a.bias, a.bias_dt, n));
-            a.y[(m0 + threadIdx.x) * a.N + n] = s;
-        }
-        __syncthreads();
-    }
+    blk_dec<DT> d;
+    d.w = (const uint8_t *)w->data;
+    d.row_bytes = w->shape[1] / dq_fmt<DT>::B * dq_fmt<DT>::BYTES;
+    return lh_cu_matmul_decoded(ctx, d, x, w->shape[0], bias, y);
 }
 
 lh_status lh_cu_matmul_blocks(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
                               const lh_tensor *bias, lh_tensor *y)
 {
-    qmm_args a;
-    memset(&a, 0, sizeof a);
-    a.x = (const float *)x->data;
-    a.w = (const uint8_t *)w->data;
-    a.bias = bias ? bias->data : NULL;
-    a.bias_dt = bias ? (int)bias->dtype : (int)LH_DTYPE_F32;
-    a.y = (float *)y->data;
-    a.M = x->shape[0];
-    a.K = x->shape[1];
-    a.N = w->shape[0];
-    const int64_t tasks = a.N * ((a.M + QM_MR - 1) / QM_MR);
-    const dim3 grid(tasks < 65535 ? (unsigned)tasks : 65535u), block(QM_THREADS);
     switch (w->dtype) {
 #define QMM_CASE(T) \
-    case T: return LH_CU_LAUNCH(ctx, qmm_kernel<T>, grid, block, 0, a);
+    case T: return qmm_launch<T>(ctx, x, w, bias, y);
         DQ_BLOCK_TYPES(QMM_CASE)
 #undef QMM_CASE
     default:

@@ -542,6 +542,15 @@ static void test_cpu_alloc_copy_free(void)
         /* shape mismatch */
         lh_tensor tshort = kt_t1(LH_DTYPE_F32, b, n - 1);
         EXPECT_ST(ctx, lh_k_copy(ctx, &tshort, &tm), LH_E_USAGE);
+        /* quantized weights copy as bytes: int8 any count, int4 whole bytes only */
+        lh_tensor i8a = kt_t1(LH_DTYPE_INT8, a, 7), i8b = kt_t1(LH_DTYPE_INT8, b, 7);
+        OK(ctx, lh_k_copy(ctx, &i8b, &i8a));
+        CU_ASSERT_EQUAL(memcmp(a, b, 7), 0);
+        lh_tensor i4a = kt_t1(LH_DTYPE_INT4, a, 7), i4b = kt_t1(LH_DTYPE_INT4, b, 7);
+        EXPECT_ST(ctx, lh_k_copy(ctx, &i4b, &i4a), LH_E_USAGE);
+        CU_ASSERT_PTR_NOT_NULL(strstr(lh_k_last_error(ctx), "dst int4 [7] has an odd element count"));
+        i4a.shape[0] = i4b.shape[0] = 8;
+        OK(ctx, lh_k_copy(ctx, &i4b, &i4a));
         lh_k_free(ctx, m);
         lh_k_mem_stats_get(ctx, &s2);
         CU_ASSERT_EQUAL(s2.in_use, s0.in_use);
@@ -2983,6 +2992,202 @@ static void test_gpu_block_types(void)
     env_close(&e);
 }
 
+/* Bytes of two buffers identical (quantized weights: int8, int4 nibbles, fp8 codes). */
+static bool cmp_bytes_at(int line, const char *what, const unsigned char *got,
+                         const unsigned char *want, size_t n)
+{
+    compared += (long long)n;
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            size_t bad = 0;
+            for (size_t j = i; j < n; j++)
+                bad += got[j] != want[j];
+            char m[1024];
+            snprintf(m, sizeof m, "%.400s: %zu of %zu bytes differ; first [%zu]: got 0x%02x want 0x%02x",
+                     what, bad, n, i, got[i], want[i]);
+            fail_at(line, m);
+            return false;
+        }
+    return true;
+}
+#define CMP_BYTES(what, got, want, n) cmp_bytes_at(__LINE__, (what), (got), (want), (n))
+
+/* Weights with separate scales (lh_k_quantize_scaled / lh_k_dequantize_scaled /
+ * lh_k_matmul_scaled), for int8, int4 and fp8 with f32 and f16 scales, per channel (640 columns:
+ * more than a thread block's threads), groups of 32, odd 3 x 7 blocks (partial edge blocks, int4
+ * bytes split between two blocks) and 16 x 128 blocks, from f32, bf16 and f16 sources: the quantized weights and scales and the dequantized weights bit-identical
+ * to the CPU's; the integer path (int8 per channel, LH_K_QMM_INT8) bit-identical too; every
+ * other matmul within 2 K 2^-24 sum_k |x w| of the CPU's (another order of the f32 sums), for
+ * M 1, 5 and 20, with and without a bias; a refused source (NaN, inf, an f16 scale overflow)
+ * refused with the CPU's message. */
+static void test_gpu_scaled(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    static const lh_dtype wdts[3] = {LH_DTYPE_INT8, LH_DTYPE_INT4, LH_DTYPE_FP8_E4M3};
+    static const lh_dtype sdts[2] = {LH_DTYPE_F32, LH_DTYPE_F16};
+    const int64_t N = 37, K = 640, Mmax = 20;
+    static const int64_t blocks[4][2] = {{1, 640}, {1, 32}, {3, 7}, {16, 128}};
+    kt_seed(1701);
+    float *src = xcalloc((size_t)(N * K), sizeof(float));
+    uint16_t *srcb = xcalloc((size_t)(N * K), sizeof(uint16_t));
+    uint16_t *srch = xcalloc((size_t)(N * K), sizeof(uint16_t));
+    fill_uniform(src, N * K, 2.0f);
+    for (int64_t i = 0; i < N * K; i++) {
+        srcb[i] = lh_k_f32_to_bf16(src[i]);
+        srch[i] = lh_k_f32_to_f16(src[i]);
+    }
+    static const lh_dtype srcdts[3] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16};
+    float *x = xcalloc((size_t)(Mmax * K), sizeof(float)), *bias = xcalloc((size_t)N, sizeof(float));
+    fill_uniform(x, Mmax * K, 1.0f);
+    fill_uniform(bias, N, 1.0f);
+    unsigned char *wc = xcalloc((size_t)(N * K), 1), *wg = xcalloc((size_t)(N * K), 1);
+    float *sc = xcalloc((size_t)(N * K), sizeof(float)), *sg = xcalloc((size_t)(N * K), sizeof(float));
+    float *dc = xcalloc((size_t)(N * K), sizeof(float)), *dg = xcalloc((size_t)(N * K), sizeof(float));
+    float *yc = xcalloc((size_t)(Mmax * N), sizeof(float)), *yg = xcalloc((size_t)(Mmax * N), sizeof(float));
+    double *tol = xcalloc((size_t)(Mmax * N), sizeof(double));
+    char what[160];
+    for (int wi = 0; wi < 3; wi++)
+        for (int si = 0; si < 2; si++)
+            for (int bi = 0; bi < 4; bi++) {
+                const lh_dtype wdt = wdts[wi], sdt = sdts[si];
+                const int64_t br = blocks[bi][0], bc = blocks[bi][1];
+                const int64_t SR = (N + br - 1) / br, SC = (K + bc - 1) / bc;
+                const lh_dtype srcdt = srcdts[(wi + si + bi) % 3];
+                const size_t wbytes = (size_t)lh_k_dtype_bytes(wdt, N * K);
+                snprintf(what, sizeof what, "%s w, %s scale, %lld x %lld blocks, %s source",
+                         lh_k_dtype_name(wdt), lh_k_dtype_name(sdt), (long long)br, (long long)bc,
+                         lh_k_dtype_name(srcdt));
+                /* quantize on both */
+                const void *hsrc = srcdt == LH_DTYPE_BF16  ? (const void *)srcb
+                                   : srcdt == LH_DTYPE_F16 ? (const void *)srch
+                                                           : (const void *)src;
+                void *dsrc = dput(&e, srcdt, hsrc, N * K);
+                void *dw = dnew(&e, wbytes), *ds = dnew(&e, (size_t)lh_k_dtype_bytes(sdt, SR * SC));
+                lh_tensor hs = kt_t2(srcdt, (void *)hsrc, N, K), hw = kt_t2(wdt, wc, N, K);
+                lh_tensor hsc = kt_t2(sdt, sc, SR, SC);
+                lh_tensor gs = on_gpu(kt_t2(srcdt, dsrc, N, K)), gw = on_gpu(kt_t2(wdt, dw, N, K));
+                lh_tensor gsc = on_gpu(kt_t2(sdt, ds, SR, SC));
+                char w2[200];
+                if (OK(e.c, lh_k_quantize_scaled(e.c, &hs, br, bc, &hw, &hsc)) &&
+                    OK(e.g, lh_k_quantize_scaled(e.g, &gs, br, bc, &gw, &gsc)) &&
+                    dget(&e, LH_DTYPE_INT8, wg, dw, (int64_t)wbytes) &&
+                    dget(&e, sdt, sg, ds, SR * SC)) {
+                    snprintf(w2, sizeof w2, "quantize_scaled %s: weights", what);
+                    CMP_BYTES(w2, wg, wc, wbytes);
+                    snprintf(w2, sizeof w2, "quantize_scaled %s: scales", what);
+                    CMP_BITS(w2, sdt, sg, sc, SR * SC);
+                }
+                /* from here on both compute from the CPU's quantized weights */
+                void *dd = dnew(&e, (size_t)(N * K) * sizeof(float));
+                lh_tensor hd = kt_t2(LH_DTYPE_F32, dc, N, K), gd = on_gpu(kt_t2(LH_DTYPE_F32, dd, N, K));
+                snprintf(w2, sizeof w2, "dequantize_scaled %s", what);
+                if (dset(&e, LH_DTYPE_INT8, dw, wc, (int64_t)wbytes) && dset(&e, sdt, ds, sc, SR * SC) &&
+                    OK(e.c, lh_k_dequantize_scaled(e.c, &hw, &hsc, br, bc, &hd)) &&
+                    OK(e.g, lh_k_dequantize_scaled(e.g, &gw, &gsc, br, bc, &gd)) &&
+                    dget(&e, LH_DTYPE_F32, dg, dd, N * K))
+                    CMP_BITS(w2, LH_DTYPE_F32, dg, dc, N * K);
+                for (int64_t m = 0; m < Mmax; m++)
+                    for (int64_t c = 0; c < N; c++) {
+                        double a = 0;
+                        for (int64_t k = 0; k < K; k++)
+                            a += fabs((double)x[m * K + k] * dc[c * K + k]);
+                        tol[m * N + c] = 2.0 * (double)(K + 8) * 0x1p-24 * (a + 1.0);
+                    }
+                void *dx = dput(&e, LH_DTYPE_F32, x, Mmax * K), *db = dput(&e, LH_DTYPE_F32, bias, N);
+                void *dy = dnew(&e, (size_t)(Mmax * N) * sizeof(float));
+                static const int64_t Ms[3] = {1, 5, 20};
+                for (int mode = 0; mode < 2; mode++) {
+                    const lh_k_qmm qm = mode ? LH_K_QMM_EXACT : LH_K_QMM_INT8;
+                    OK(e.c, lh_k_ctx_set_quant_matmul(e.c, qm));
+                    OK(e.g, lh_k_ctx_set_quant_matmul(e.g, qm));
+                    const bool integer = qm == LH_K_QMM_INT8 && wdt == LH_DTYPE_INT8 && SC == 1;
+                    for (int mi = 0; mi < 3; mi++)
+                        for (int wb = 0; wb < 2; wb++) {
+                            const int64_t M = Ms[mi];
+                            lh_tensor hx = kt_t2(LH_DTYPE_F32, x, M, K), hy = kt_t2(LH_DTYPE_F32, yc, M, N);
+                            lh_tensor hb = kt_t1(LH_DTYPE_F32, bias, N);
+                            lh_tensor gx = on_gpu(kt_t2(LH_DTYPE_F32, dx, M, K));
+                            lh_tensor gb = on_gpu(kt_t1(LH_DTYPE_F32, db, N));
+                            lh_tensor gy = on_gpu(kt_t2(LH_DTYPE_F32, dy, M, N));
+                            snprintf(w2, sizeof w2, "matmul_scaled %s, %s, M %lld%s", what,
+                                     lh_k_qmm_name(qm), (long long)M, wb ? " + bias" : "");
+                            if (!OK(e.c, lh_k_matmul_scaled(e.c, &hx, &hw, &hsc, br, bc, wb ? &hb : NULL, &hy)) ||
+                                !OK(e.g, lh_k_matmul_scaled(e.g, &gx, &gw, &gsc, br, bc, wb ? &gb : NULL, &gy)) ||
+                                !dget(&e, LH_DTYPE_F32, yg, dy, M * N))
+                                continue;
+                            if (integer)
+                                CMP_BITS(w2, LH_DTYPE_F32, yg, yc, M * N);
+                            else
+                                CMP(w2, yg, yc, M * N, 0.0, 0.0, tol);
+                        }
+                }
+                env_drop(&e);
+            }
+    /* refused sources: the CPU's message, word for word */
+    static const struct {
+        int64_t at;
+        float v;
+        lh_dtype wdt, sdt, srcdt;
+    } bad[5] = {{3 * 640 + 17, NAN, LH_DTYPE_INT8, LH_DTYPE_F32, LH_DTYPE_F32},
+                {20 * 640 + 639, INFINITY, LH_DTYPE_FP8_E4M3, LH_DTYPE_F32, LH_DTYPE_F32},
+                {5 * 640 + 40, 1.0e6f, LH_DTYPE_INT4, LH_DTYPE_F16, LH_DTYPE_F32},
+                {7 * 640 + 3, NAN, LH_DTYPE_INT4, LH_DTYPE_F32, LH_DTYPE_BF16},
+                {9 * 640 + 500, -INFINITY, LH_DTYPE_INT8, LH_DTYPE_F16, LH_DTYPE_F16}};
+    for (int b = 0; b < 5; b++) {
+        const lh_dtype srcdt = bad[b].srcdt;
+        float *s2 = xcalloc((size_t)(N * K), sizeof(float));
+        memcpy(s2, src, (size_t)(N * K) * sizeof(float));
+        s2[bad[b].at] = bad[b].v;
+        if (b == 0)
+            s2[30 * 640 + 2] = INFINITY; /* a later one: the first is reported */
+        if (srcdt != LH_DTYPE_F32) { /* the same values, narrowed in place (2 bytes each) */
+            uint16_t *h = (uint16_t *)s2;
+            for (int64_t i = 0; i < N * K; i++)
+                h[i] = srcdt == LH_DTYPE_BF16 ? lh_k_f32_to_bf16(s2[i]) : lh_k_f32_to_f16(s2[i]);
+        }
+        const int64_t SR = N, SC = (K + 31) / 32;
+        void *dsrc = dput(&e, srcdt, s2, N * K);
+        void *dw = dnew(&e, (size_t)lh_k_dtype_bytes(bad[b].wdt, N * K));
+        void *ds = dnew(&e, (size_t)lh_k_dtype_bytes(bad[b].sdt, SR * SC));
+        lh_tensor hs = kt_t2(srcdt, s2, N, K), hw = kt_t2(bad[b].wdt, wc, N, K);
+        lh_tensor hsc = kt_t2(bad[b].sdt, sc, SR, SC);
+        lh_tensor gs = on_gpu(kt_t2(srcdt, dsrc, N, K)), gw = on_gpu(kt_t2(bad[b].wdt, dw, N, K));
+        lh_tensor gsc = on_gpu(kt_t2(bad[b].sdt, ds, SR, SC));
+        const lh_status stc = lh_k_quantize_scaled(e.c, &hs, 1, 32, &hw, &hsc);
+        const lh_status stg = lh_k_quantize_scaled(e.g, &gs, 1, 32, &gw, &gsc);
+        if (stc != LH_E_USAGE || stg != LH_E_USAGE)
+            FAILF("refused source %d: status cpu %d, device %d (want %d)", b, (int)stc, (int)stg,
+                  (int)LH_E_USAGE);
+        else if (strcmp(lh_k_last_error(e.c), lh_k_last_error(e.g)) != 0)
+            FAILF("refused source %d: cpu says \"%s\", device \"%s\"", b, lh_k_last_error(e.c),
+                  lh_k_last_error(e.g));
+        else if (!strstr(lh_k_last_error(e.c), bad[b].v == 1.0e6f ? "overflows f16"
+                                                : isnan(bad[b].v) ? " is nan" : " is inf"))
+            FAILF("refused source %d: \"%s\"", b, lh_k_last_error(e.c));
+        compared++;
+        env_drop(&e);
+        free(s2);
+    }
+    free(src);
+    free(srcb);
+    free(srch);
+    free(x);
+    free(bias);
+    free(wc);
+    free(wg);
+    free(sc);
+    free(sg);
+    free(dc);
+    free(dg);
+    free(yc);
+    free(yg);
+    free(tol);
+    env_close(&e);
+}
+
 static CU_TestInfo nogpu_tests[] = {
     {"device count 0 comes with a reason", test_reason_when_unavailable},
     {"a CUDA context without a device is refused, naming cuda and the reason",
@@ -3027,6 +3232,8 @@ static CU_TestInfo gpu_tests[] = {
     {"block types: embedding(_add) bit-identical to the CPU, matmul within rounding of its exact "
      "path",
      test_gpu_block_types},
+    {"weights with scale tensors: quantize, dequantize, matmul (int8 / int4 / fp8)",
+     test_gpu_scaled},
     CU_TEST_INFO_NULL,
 };
 

@@ -399,40 +399,6 @@ static void test_scaled_dequant_errors(void)
     lh_k_ctx_free(ctx);
 }
 
-/* On a CUDA context all three are refused before any data is touched, so host pointers stand in
- * for device memory. */
-static void test_scaled_cuda_refused(void)
-{
-    lh_kctx *ctx = lh_k_ctx_create(1, kt_cuda());
-    if (!ctx) {
-        LH_TEST_SKIP("no CUDA context (no CUDA in the build, no driver or no device)");
-        return;
-    }
-    static float x[2 * 256], y[2 * 3], s[3], d[3 * 256];
-    static uint8_t w[3 * 256];
-    for (int wi = 0; wi < ST_N_WDTS; wi++) {
-        lh_tensor xt = kt_t2(LH_DTYPE_F32, x, 2, 256), wt = kt_t2(st_wdts[wi], w, 3, 256);
-        lh_tensor st = kt_t2(LH_DTYPE_F32, s, 3, 1), yt = kt_t2(LH_DTYPE_F32, y, 2, 3);
-        lh_tensor dt = kt_t2(LH_DTYPE_F32, d, 3, 256);
-        xt.device = wt.device = st.device = yt.device = dt.device = kt_cuda();
-        char want[240];
-        snprintf(want, sizeof want,
-                 "lh_k_matmul_scaled: %s weights with scale tensors on cuda:0 are not implemented "
-                 "yet; dequantize them on the CPU (lh_k_dequantize_scaled) and upload the result, "
-                 "or run on the CPU",
-                 lh_k_dtype_name(st_wdts[wi]));
-        EXPECT_ERR(lh_k_matmul_scaled(ctx, &xt, &wt, &st, 1, 256, NULL, &yt), LH_E_UNSUPPORTED,
-                   want);
-        EXPECT_ERR(lh_k_dequantize_scaled(ctx, &wt, &st, 1, 256, &dt), LH_E_UNSUPPORTED,
-                   "lh_k_dequantize_scaled: ");
-        snprintf(want, sizeof want,
-                 "lh_k_quantize_scaled: quantizing to %s on cuda:0 is not implemented yet",
-                 lh_k_dtype_name(st_wdts[wi]));
-        EXPECT_ERR(lh_k_quantize_scaled(ctx, &dt, 1, 256, &wt, &st), LH_E_UNSUPPORTED, want);
-    }
-    lh_k_ctx_free(ctx);
-}
-
 static CU_TestInfo scaled_tests[] = {
     {"dequantize_scaled == reference, bit for bit [scalar]", scaled_dequant_reference_scalar},
     {"dequantize_scaled == reference, bit for bit [avx2]", scaled_dequant_reference_avx2},
@@ -450,7 +416,6 @@ static CU_TestInfo scaled_tests[] = {
     {"empty shapes", test_scaled_empty},
     {"matmul_scaled argument errors", test_scaled_matmul_errors},
     {"dequantize_scaled argument errors", test_scaled_dequant_errors},
-    {"refused on a CUDA context", test_scaled_cuda_refused},
     CU_TEST_INFO_NULL,
 };
 

@@ -124,22 +124,29 @@ static int for_each_fixture(void (*check)(const fixture *f))
     return checked;
 }
 
-/* An engine for fixture f on `device` ("cpu", "cuda") with `backend`; graphs as told. */
-static lh_engine *open_on(const fixture *f, const char *device, const char *backend,
-                          bool graphs)
+/* An engine for fixture f on `device` ("cpu", "cuda") with `backend`; graphs as told; yaml:
+ * run-config text (NULL: none), extra: one more override (NULL: none). */
+static lh_engine *open_cfg(const fixture *f, const char *device, const char *backend,
+                           bool graphs, const char *yaml, const char *extra)
 {
     char dev_kv[64], graphs_kv[64];
     snprintf(dev_kv, sizeof dev_kv, "device=%s", device);
     snprintf(graphs_kv, sizeof graphs_kv, "cuda_graphs=%s", graphs ? "true" : "false");
     const char *const overrides[] = {"max_batch_size=8", "max_seq_len=128", dev_kv, graphs_kv,
-                                     NULL};
+                                     extra, NULL};
     lh_engine_options o = {.struct_size = sizeof o, .model = f->dir, .n_threads = 2,
-                           .overrides = overrides, .attn_backend = backend};
+                           .overrides = overrides, .attn_backend = backend, .config_text = yaml};
     lh_engine *e = NULL;
     lh_err err = {0};
     if (lh_engine_open(host, &o, &e, &err) != LH_OK)
-        fprintf(stderr, "\n  %s on %s (%s): %s\n", f->name, device, backend, err.msg);
+        fprintf(stderr, "\n  %s on %s (%s): %s\n", f->dir, device, backend, err.msg);
     return e;
+}
+
+static lh_engine *open_on(const fixture *f, const char *device, const char *backend,
+                          bool graphs)
+{
+    return open_cfg(f, device, backend, graphs, NULL, NULL);
 }
 
 static double max_abs_diff(const float *a, const float *b, size_t n)
@@ -327,6 +334,77 @@ static void test_kv_pool_too_large(void)
     fixture_free(&f);
 }
 
+/* Weight-only quantized weights (lh_k_matmul_scaled): the quant config's three schemes on
+ * llama-mha-f32 and the two FP8 checkpoints, with llama-mha-f32's prompts (the source the FP8
+ * fixtures were made from). */
+typedef struct quant_case {
+    const char *model; /* directory under models/ */
+    const char *yaml;  /* run config, NULL: none */
+    const char *extra; /* one more override, NULL: none */
+} quant_case;
+
+static const quant_case quant_cases[] = {
+    {"llama-mha-f32", "quant:\n  scheme: int8\n", NULL},
+    {"llama-mha-f32", "quant:\n  scheme: int8\n", "quantized_matmul=exact"},
+    {"llama-mha-f32", "quant:\n  scheme: int4\n  group_size: 32\n", NULL},
+    {"llama-mha-f32", "quant:\n  scheme: fp8\n", NULL},
+    {"llama-fp8-block", NULL, NULL},
+    {"llama-fp8-channel", NULL, NULL},
+};
+#define N_QUANT_CASES (sizeof quant_cases / sizeof quant_cases[0])
+
+/* llama-mha-f32's prompts with c's model directory */
+static void quant_fixture(const quant_case *c, fixture *f)
+{
+    fixture_named("llama-mha-f32", f);
+    const char *root = lh_test_env("LH_FIXTURES");
+    snprintf(f->dir, sizeof f->dir, "%.700s/models/%.255s", root, c->model);
+}
+
+/* The device computes as the CPU does (the integer path bit for bit, the rest within f32
+ * rounding of the sums), so greedy tokens match and the logits stay within TOL_QUANT. */
+#define TOL_QUANT 2e-3
+
+static void test_quantized_match_cpu(void)
+{
+    NEED_CUDA();
+    for (size_t ci = 0; ci < N_QUANT_CASES; ci++) {
+        const quant_case *c = &quant_cases[ci];
+        fixture f;
+        quant_fixture(c, &f);
+        lh_engine *cpu = open_cfg(&f, "cpu", "paged", false, c->yaml, c->extra);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(cpu);
+        int64_t rows = 0;
+        for (size_t i = 0; i < f.n_prompts; i++)
+            rows += f.lens[i];
+        const int64_t vocab = lh_engine_vocab_size(cpu);
+        int32_t want[MAX_PROMPTS * MAX_NEW], got[MAX_PROMPTS * MAX_NEW];
+        const bool have_want = greedy(cpu, &f, want);
+        float *want_logits = all_logits(cpu, &f);
+        lh_engine_close(cpu);
+        for (int graphs = 0; graphs < 2; graphs++) {
+            lh_engine *gpu = open_cfg(&f, "cuda", "paged", graphs != 0, c->yaml, c->extra);
+            CU_ASSERT_PTR_NOT_NULL(gpu);
+            if (!gpu)
+                continue;
+            if (have_want && greedy(gpu, &f, got))
+                CU_ASSERT_EQUAL(memcmp(got, want, f.n_prompts * MAX_NEW * sizeof *got), 0);
+            float *got_logits = all_logits(gpu, &f);
+            if (want_logits && got_logits) {
+                const double d = max_abs_diff(want_logits, got_logits, (size_t)(rows * vocab));
+                printf("\n    %-18s %-40s %-22s graphs %-3s max |dlogit| cuda vs cpu %.3g "
+                       "(tol %g)", c->model, c->yaml ? c->yaml : "(as stored)",
+                       c->extra ? c->extra : "", graphs ? "on" : "off", d, TOL_QUANT);
+                CU_ASSERT(d <= TOL_QUANT);
+            }
+            free(got_logits);
+            lh_engine_close(gpu);
+        }
+        free(want_logits);
+        fixture_free(&f);
+    }
+}
+
 /* --- what runs without a GPU ------------------------------------------------------------- */
 
 static void test_cuda_refused_without_device(void)
@@ -432,6 +510,51 @@ static void test_weight_copies_on_cpu(void)
     }
 }
 
+/* The same for quantized weights: their int8 / int4 / fp8 bytes and their scale tensors go
+ * through lh_k_copy and are linked after the copy. */
+static void test_quantized_weight_copies_on_cpu(void)
+{
+    for (size_t ci = 0; ci < N_QUANT_CASES; ci++) {
+        const quant_case *c = &quant_cases[ci];
+        fixture f;
+        quant_fixture(c, &f);
+        float *logits[2] = {NULL, NULL};
+        int64_t vocab = 0, rows = 0;
+        for (size_t i = 0; i < f.n_prompts; i++)
+            rows += f.lens[i];
+        for (int copy = 0; copy < 2; copy++) {
+            if (copy)
+                setenv("LLMHOST_COPY_WEIGHTS", "1", 1);
+            lh_engine *e = open_cfg(&f, "cpu", "paged", false, c->yaml, c->extra);
+            unsetenv("LLMHOST_COPY_WEIGHTS");
+            CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+            const lh_runner *d = lh_engine_runner(e);
+            int64_t scaled = 0;
+            for (int64_t w = 0; w < d->n_weights; w++)
+                if (d->weights[w].scale.data) {
+                    scaled++;
+                    if (copy) /* the scale is the uploaded copy, not the bound tensor */
+                        for (int64_t j = 0; j < d->n_weights; j++)
+                            if (d->weights[j].name && d->weights[w].scale_name &&
+                                strcmp(d->weights[j].name, d->weights[w].scale_name) == 0)
+                                CU_ASSERT_PTR_EQUAL(d->weights[w].scale.data,
+                                                    d->weights[j].t.data);
+                }
+            CU_ASSERT(scaled > 0);
+            CU_ASSERT(copy ? d->n_wbufs > 0 : d->weight_bytes == 0);
+            vocab = lh_engine_vocab_size(e);
+            logits[copy] = all_logits(e, &f);
+            lh_engine_close(e);
+        }
+        if (logits[0] && logits[1])
+            CU_ASSERT_EQUAL(memcmp(logits[0], logits[1], (size_t)(rows * vocab) * sizeof(float)),
+                            0);
+        free(logits[0]);
+        free(logits[1]);
+        fixture_free(&f);
+    }
+}
+
 static int suite_init(void)
 {
     if (!(host = rt_builtin_host()))
@@ -451,10 +574,14 @@ static CU_TestInfo tests[] = {
     {"device: cpu runs on the CPU, cuda_graphs ignored", test_cpu_device},
     {"weights copied through lh_k_alloc/lh_k_copy on the CPU: same logits",
      test_weight_copies_on_cpu},
+    {"quantized weights and their scales copied the same way: same logits",
+     test_quantized_weight_copies_on_cpu},
     {"cuda equals cpu: paged backend, graphs off and on", test_paged_matches_cpu},
     {"cuda equals cpu: vanilla backend, graphs off and on", test_vanilla_matches_cpu},
     {"sampling on the device is reproducible", test_sampling_reproducible},
     {"a KV pool beyond device memory is refused", test_kv_pool_too_large},
+    {"cuda equals cpu: quant config int8 / int4 / fp8, FP8 checkpoints",
+     test_quantized_match_cpu},
     CU_TEST_INFO_NULL,
 };
 
