@@ -650,6 +650,55 @@ LH_EXPORT void lh_k_graph_abort(lh_kctx *ctx, lh_k_graph *g);
 LH_EXPORT void lh_k_graph_counts(const lh_k_graph *g, int64_t *captures, int64_t *replays);
 LH_EXPORT void lh_k_graph_free(lh_k_graph *g);
 
+/* ---- mixture of experts ----------------------------------------------------------------------
+ *
+ * The two kernels a MoE block needs besides the matmuls (the runtime's MoE block, host/runtime,
+ * groups a step's tokens by expert and runs one matmul per active expert between them):
+ *
+ * lh_k_moe_route: for each row t of logits [T, E] (f32; the router's output), the top_k experts
+ * and their weights, written to host memory ids[t * top_k + j] / weights[t * top_k + j], j in
+ * descending order of the choice score (lowest expert index first on ties):
+ *   score[e]  = softmax(logits[t])[e] (LH_K_MOE_SOFTMAX: exp(x - max) summed in f32, then
+ *               multiplied by 1 / sum, as lh_k_softmax) or 1 / (1 + exp(-x)) (LH_K_MOE_SIGMOID);
+ *   choice[e] = score[e] + bias[e] (bias [E] f32, DeepSeek-V3's e_score_correction_bias; NULL:
+ *               none) -- used to choose, never as a weight;
+ *   with n_group > 1 (groups of E / n_group consecutive experts): each group's score is the
+ *   largest choice in it (LH_K_MOE_GROUP_MAX, DeepSeek-V2) or the sum of its two largest
+ *   (LH_K_MOE_GROUP_TOP2_SUM, DeepSeek-V3); only experts of the topk_group best groups (lowest
+ *   group first on ties) can be chosen;
+ *   weights[j] = score[id j]; with renormalize, divided by (their f32 sum in j order +
+ *   renorm_eps); then multiplied by scale (when scale != 1).
+ * Errors (LH_E_USAGE): top_k outside [1, E], E above LH_K_MOE_MAX_EXPERTS, n_group not dividing
+ * E, topk_group outside [1, n_group], fewer than top_k experts in topk_group groups, a
+ * non-finite or negative renorm_eps or scale, a row of logits holding inf or NaN (named: no
+ * expert can be chosen for it; ids and weights then hold no promised contents). On a CUDA
+ * context: LH_E_UNSUPPORTED for now (not implemented yet).
+ *
+ * lh_k_scatter_add_rows: dst[rows[i]] += scales[i] * src[i] for i < n in i order (src [n, D],
+ * dst [R, D], f32; rows and scales host memory; scales NULL: plain sums), each element one f32
+ * product then one f32 sum (no fused multiply-add): a destination row named twice accumulates
+ * in that order. Errors (LH_E_USAGE): shapes, a row outside [0, R), NULL rows with n > 0,
+ * dst overlapping src. On a CUDA context: LH_E_UNSUPPORTED for now (not implemented yet). */
+#define LH_K_MOE_MAX_EXPERTS 1024
+typedef enum lh_k_moe_scoring { LH_K_MOE_SOFTMAX = 0, LH_K_MOE_SIGMOID = 1 } lh_k_moe_scoring;
+typedef enum lh_k_moe_group_score {
+    LH_K_MOE_GROUP_MAX = 0,
+    LH_K_MOE_GROUP_TOP2_SUM = 1
+} lh_k_moe_group_score;
+typedef struct lh_k_moe_route_params {
+    int64_t top_k;
+    lh_k_moe_scoring scoring;
+    int64_t n_group, topk_group; /* n_group 0 or 1: no groups (topk_group ignored) */
+    lh_k_moe_group_score group_score;
+    bool renormalize;
+    float renorm_eps; /* added to the sum before the division (DeepSeek-V3: 1e-20) */
+    float scale;      /* routed_scaling_factor; 1: none */
+} lh_k_moe_route_params;
+LH_EXPORT lh_status lh_k_moe_route(lh_kctx *ctx, const lh_tensor *logits, const lh_tensor *bias,
+                                   const lh_k_moe_route_params *p, int32_t *ids, float *weights);
+LH_EXPORT lh_status lh_k_scatter_add_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *rows,
+                                          const float *scales, lh_tensor *dst);
+
 /* ---- weight-only quantized linears with separate scale tensors -----------------------------
  *
  * A quantized weight w [N, K] with a scale tensor (the runtime's load-time quant config: int8

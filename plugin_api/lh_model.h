@@ -41,6 +41,7 @@
 #include "lh_module.h"
 #include "lh_tensor.h"
 #include "lh_types.h"
+#include "lh_kernels.h" /* lh_k_moe_route_params */
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,6 +77,42 @@ typedef enum lh_activation {
     LH_ACT_GELU_TANH = 1, /* gelu with the tanh approximation (gelu_new, gelu_pytorch_tanh) */
     LH_ACT_GELU = 2       /* exact gelu, 0.5 x (1 + erf(x / sqrt 2)) */
 } lh_activation;
+
+/* A mixture-of-experts feed-forward block (api->add_moe builds it, api->moe finds it at bind,
+ * api->moe_ffn runs it). The host builds the block's parameters under the module, named as
+ * the plugin says (its checkpoint's spelling):
+ *   <router>.weight                        [n_experts, hidden]   never quantized
+ *   <router>.<correction_bias>             [n_experts]           when correction_bias is set
+ *   <experts>.<e>.<gate_proj|up_proj>.weight [expert_intermediate, hidden], e in [0, n_experts)
+ *   <experts>.<e>.<down_proj>.weight       [hidden, expert_intermediate]
+ *   <shared>.<gate_proj|up_proj|down_proj>.weight  as an expert's, shared_intermediate wide
+ *   <shared_gate>.weight                   [1, hidden]           never quantized
+ * and computes, for each token x:
+ *   (ids, w) = lh_k_moe_route(router(x), bias, route)   (lh_kernels.h: scores, selection)
+ *   y = sum_j w_j * down_{ids_j}(act(gate_{ids_j}(x)) * up_{ids_j}(x))
+ *       (experts in ascending order, each added as a product and then a sum, as transformers'
+ *       index_add of the weighted expert outputs)
+ *   y = y + [sigmoid(shared_gate(x)) *] down_s(act(gate_s(x)) * up_s(x))   with a shared expert
+ * A prompt's tokens are grouped by expert: one matmul per active expert and projection, so a
+ * decode step reads only the chosen experts' weights. The memory plan counts the block as
+ * "mlp" and the routed experts' parameters as top_k / n_experts active (explain's
+ * active_parameters). */
+typedef struct lh_moe_ref lh_moe_ref; /* a bound MoE block; owned by the host */
+typedef struct lh_moe_spec {
+    uint32_t struct_size;
+    int64_t hidden;              /* input and output width */
+    int64_t n_experts;           /* routed experts (1 .. LH_K_MOE_MAX_EXPERTS) */
+    int64_t expert_intermediate; /* each routed expert's gated-MLP width */
+    lh_k_moe_route_params route; /* top_k, scores, groups, renormalization, scaling */
+    lh_activation act;           /* the experts' gate activation */
+    const char *router;          /* e.g. "gate" */
+    const char *correction_bias; /* e.g. "e_score_correction_bias"; NULL: none */
+    const char *experts;         /* e.g. "experts" */
+    const char *gate_proj, *up_proj, *down_proj; /* e.g. "w1", "w3", "w2" */
+    int64_t shared_intermediate; /* the shared expert's width; 0: none */
+    const char *shared;          /* e.g. "shared_expert" (with shared_intermediate > 0) */
+    const char *shared_gate;     /* e.g. "shared_expert_gate"; NULL: the shared expert ungated */
+} lh_moe_spec;
 
 typedef lh_status (*lh_model_construct_fn)(const lh_host_api *api, lh_build *b,
                                            const lh_model_config *cfg);

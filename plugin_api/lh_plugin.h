@@ -31,7 +31,7 @@ extern "C" {
 
 #define LH_PLUGIN_MAGIC 0x504d484cu /* "LHMP" little-endian */
 #define LH_PLUGIN_ABI_MAJOR 3
-#define LH_PLUGIN_ABI_MINOR 1
+#define LH_PLUGIN_ABI_MINOR 2
 #define LH_PLUGIN_ENTRY_SYMBOL "lh_plugin_entry"
 
 typedef struct lh_host_api lh_host_api;
@@ -289,6 +289,17 @@ struct lh_host_api {
     /* The value the config holds for `key` now (what a key table copied), as config_get_*
      * read it: 1 present, 0 absent, -1 other type. */
     int (*config_peek_int)(const lh_gguf_config *c, const char *key, int64_t *out);
+
+    /* ---- ABI 3.2: mixture of experts (lh_model.h, lh_moe_spec) -------------------------- */
+    /* Builds a MoE block and its parameters (meta phase). Errors (sticky): LH_E_USAGE for a
+     * NULL spec, a struct_size smaller than the SDK's, a missing name, a non-positive width,
+     * routing parameters lh_k_moe_route would refuse (named). */
+    lh_module *(*add_moe)(lh_build *b, lh_module *parent, const char *name,
+                          const lh_moe_spec *spec);
+    /* The MoE block of that full name ("model.layers.3.mlp"); required as weight. */
+    const lh_moe_ref *(*moe)(lh_bind *bd, const char *fmt, ...) LH_PRINTF(2, 3);
+    /* out [T, hidden] = the block applied to x [T, hidden] (out must not alias x). */
+    lh_status (*moe_ffn)(lh_fwd *f, const lh_moe_ref *m, const lh_tensor *x, lh_tensor *out);
 };
 
 #define LH_API_HAS(api, field) \

@@ -248,6 +248,37 @@ MODELS += [
                 "GQA 4/2, untied, float32."),
 ]
 
+# Mixtures of experts (issue 16): each a built-in plugin's layer_moe over the Llama family.
+MODELS += [
+    dict(name="mixtral-f32", model_type="mixtral", dtype="float32", seed=1022,
+         config=dict(num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2),
+         covers="Mixtral (MixtralForCausalLM): every feed-forward a mixture of 8 SiLU-gated "
+                "experts (block_sparse_moe.experts.N.w1/w3/w2, 64 -> 128 -> 64), the router "
+                "block_sparse_moe.gate picks the top 2 by softmax score and renormalizes "
+                "their weights; Mistral attention, GQA 4/2, float32."),
+    dict(name="qwen2moe-f32", model_type="qwen2_moe", dtype="float32", seed=1023,
+         config=dict(num_hidden_layers=3, num_key_value_heads=2, num_experts=8,
+                     num_experts_per_tok=4, moe_intermediate_size=32,
+                     shared_expert_intermediate_size=96, norm_topk_prob=False,
+                     decoder_sparse_step=1, mlp_only_layers=[1]),
+         covers="Qwen2-MoE (Qwen2MoeForCausalLM): layers 0 and 2 sparse (mlp_only_layers "
+                "[1]: layer 1 a dense 128-wide MLP), top 4 of 8 experts (32 wide) by softmax "
+                "score, not renormalized (norm_topk_prob false), plus a 96-wide shared expert "
+                "scaled by sigmoid(shared_expert_gate(x)); q/k/v bias, GQA 4/2, float32."),
+    dict(name="qwen3moe-f32", model_type="qwen3_moe", dtype="float32", seed=1024,
+         config=dict(num_hidden_layers=4, head_dim=32, num_key_value_heads=2, num_experts=16,
+                     num_experts_per_tok=8, moe_intermediate_size=32, norm_topk_prob=True,
+                     decoder_sparse_step=2, mlp_only_layers=[3],
+                     rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+         covers="Qwen3-MoE (Qwen3MoeForCausalLM): decoder_sparse_step 2 makes layers 1 and 3 "
+                "sparse, mlp_only_layers [3] turns layer 3 dense again, so only layer 1 routes: "
+                "top 8 of 16 experts (32 wide), weights renormalized (norm_topk_prob); Qwen3 "
+                "attention (q/k norm, head_dim 32, GQA 4/2), float32."),
+]
+# Minimum gap between the top_k-th and the next router score at every routed token: below it
+# a last-bit difference could pick another expert.
+MOE_MIN_ROUTER_GAP = 1e-4
+
 # transformers' model types whose RMSNorm scales by (1 + w)
 OFFSET_NORM_TYPES = ("gemma", "gemma2", "gemma3_text")
 
@@ -300,16 +331,29 @@ def init_weights(model, seed, emb_std, norm_offset=0.0):
                 if "lm_head" in name:
                     std = 2.5 / math.sqrt(hidden)
                 w = std * torch.randn(shape, generator=g)
+            elif p.dim() == 3:
+                # stacked experts [n_experts, out, in] (transformers 5 keeps them fused in
+                # memory; save_pretrained writes one tensor per expert)
+                w = 1.5 / math.sqrt(shape[2]) * torch.randn(shape, generator=g)
             else:
                 raise RuntimeError(f"unhandled parameter {name} {tuple(shape)}")
             p.copy_(w.to(p.dtype))
+
+
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")
+
+
+def impl_kwargs(spec):
+    """MoE models run their experts one at a time (transformers' eager loop: ascending
+    expert order, index_add of the weighted outputs), which also runs in float64."""
+    return {"experts_implementation": "eager"} if spec["model_type"] in MOE_TYPES else {}
 
 
 def make_model(spec, seed):
     torch.manual_seed(seed)
     config = build_config(spec)
     model = AutoModelForCausalLM.from_config(
-        config, dtype=DTYPES[spec["dtype"]], attn_implementation="eager")
+        config, dtype=DTYPES[spec["dtype"]], attn_implementation="eager", **impl_kwargs(spec))
     # Tied models use the embedding as lm_head too: N(0,1) there would give
     # logits with std ~8 and greedy loops of 1-3 tokens, so scale it down.
     # Gemma multiplies the (tied) embedding by sqrt(hidden) = 8 on the way in, so its
@@ -386,6 +430,30 @@ def greedy_nocache(model, prompt):
         margins.append(top2_margin(lg))
         seq.append(t)
     return toks, margins
+
+
+class RouterGaps:
+    """Forward hooks on every MoE router: the smallest gap between the top_k-th and the
+    (top_k + 1)-th softmax score of any routed token while active."""
+
+    def __init__(self, model):
+        self.min_gap = math.inf
+        self.handles = []
+        for m in model.modules():
+            if type(m).__name__.endswith("TopKRouter"):
+                self.handles.append(m.register_forward_hook(self.hook))
+
+    def hook(self, module, inputs, output):
+        logits = output[0] if isinstance(output, tuple) else output
+        p = torch.softmax(logits.float(), dim=-1)
+        k = module.top_k
+        if k < p.shape[-1]:
+            v = torch.sort(p, dim=-1, descending=True).values
+            self.min_gap = min(self.min_gap, float((v[:, k - 1] - v[:, k]).min()))
+
+    def close(self):
+        for h in self.handles:
+            h.remove()
 
 
 def acceptable(greedys, margins_f32, margins_lp):
@@ -480,11 +548,15 @@ def generate_one(spec, out_dir, verify):
         seed = spec["seed"] + 100000 * k
         model = make_model(spec, seed)
         prompts = make_prompts(spec, spec["seed"], model.config.vocab_size)
+        gaps = RouterGaps(model)
         res = compute_all(model, prompts, is_bf16)
+        gaps.close()
         ok, why = acceptable(
             res["greedy_f32"] if is_bf16 else res["greedy"],
             res["margins_f32"] if is_bf16 else res["margins"],
             res["margins"] if is_bf16 else None)
+        if ok and gaps.min_gap < MOE_MIN_ROUTER_GAP:
+            ok, why = False, f"router gap {gaps.min_gap:.2e}"
         if is_bf16 and ok:
             d = [len(set(t)) for t in res["greedy"]]
             if min(d) < MIN_DISTINCT:
@@ -675,7 +747,7 @@ def check_feature_matters(d, spec, prompts):
 
 
 def load(src, spec):
-    m = AutoModelForCausalLM.from_pretrained(src, attn_implementation="eager")
+    m = AutoModelForCausalLM.from_pretrained(src, attn_implementation="eager", **impl_kwargs(spec))
     m.eval()
     want_dt = DTYPES[spec["dtype"]]
     assert m.dtype == want_dt, (src, m.dtype, want_dt)

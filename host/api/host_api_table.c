@@ -150,6 +150,9 @@ static const lh_host_api host_api = {
     .config_set_string = lh_gguf_config_set_string,
     .config_set_json = lh_gguf_config_set_json,
     .config_peek_int = lh_gguf_config_peek_int,
+    .add_moe = lh_build_add_moe,
+    .moe = lh_runner_moe,
+    .moe_ffn = lh_runner_moe_ffn,
 };
 
 const lh_host_api *lh_host_api_table(void)

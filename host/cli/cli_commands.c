@@ -218,6 +218,9 @@ static void print_plan(const json_t *j)
 {
     printf("memory plan (weights in %s; nothing allocated):\n", jstr(j, "weight_dtype"));
     printf("  %-24s %lld\n", "parameters", (long long)jint(j, "parameters"));
+    if (jint(j, "active_parameters") != jint(j, "parameters"))
+        printf("  %-24s %lld (per token: top_k of each MoE block's experts)\n",
+               "active parameters", (long long)jint(j, "active_parameters"));
     print_human_bytes("weights", jint(j, "weight_bytes"));
     print_human_bytes("KV cache per token", jint(j, "kv_bytes_per_token"));
     printf("  %-24s %lld tokens (see the attention backend above)\n", "KV pool",

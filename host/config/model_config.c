@@ -635,14 +635,20 @@ static lh_status parse_fields(mc_ctx *c, lh_model_config *cfg)
     bool use_sw = true, has_use_sw;
     if ((st = get_bool_field(c, root, "use_sliding_window", &use_sw, &has_use_sw)))
         return st;
-    if ((st = get_int_field(c, root, "sliding_window", "sliding_window", 1, &g->sliding_window,
-                            &p)))
-        return st;
-    /* A window the config itself switches off is no window. Whether an absent
-     * use_sliding_window means on (Mistral) or off (Qwen2/Qwen3, whose transformers configs
-     * default it to false) is the architecture's rule: its plugin decides per layer. */
-    if (has_use_sw && !use_sw)
+    /* A window the config itself switches off is no window, and its value is not validated
+     * as if it were used (transformers' Qwen2-MoE writes sliding_window 0 beside
+     * use_sliding_window false); only its type is. Whether an absent use_sliding_window means
+     * on (Mistral) or off (Qwen2/Qwen3, whose transformers configs default it to false) is the
+     * architecture's rule: its plugin decides per layer. */
+    if (has_use_sw && !use_sw) {
+        const json_t *sw = json_object_get(root, "sliding_window");
+        if (sw && !json_is_null(sw) && !json_is_integer(sw))
+            return type_error(c, "sliding_window", sw, "an integer");
         g->sliding_window = 0;
+    } else if ((st = get_int_field(c, root, "sliding_window", "sliding_window", 1,
+                                   &g->sliding_window, &p))) {
+        return st;
+    }
     if ((st = get_int_field(c, root, "attention_chunk_size", "attention_chunk_size", 1,
                             &g->attention_chunk_size, &p)))
         return st;

@@ -139,6 +139,131 @@ lh_module *lh_build_add_mlp(lh_build *b, lh_module *parent, const char *name)
     return lh_tree_add_module(b, parent, name, LH_MOD_MLP);
 }
 
+/* ---- mixture of experts ---------------------------------------------------------------------- */
+
+static bool moe_name_ok(lh_build *b, const char *w, const char *field, const char *v, bool need)
+{
+    if (v && v[0])
+        return true;
+    if (!need && !v)
+        return true;
+    lh_tree_fail(b, LH_E_USAGE, "moe '%s': %s must be a non-empty name", w, field);
+    return false;
+}
+
+/* The spec's checks: every width and name, and the routing lh_k_moe_route would refuse. */
+static bool check_moe(lh_build *b, const char *w, const lh_moe_spec *s)
+{
+    const lh_k_moe_route_params *r = &s->route;
+    const char *bad = NULL;
+    char msg[256];
+    if (s->hidden <= 0 || s->expert_intermediate <= 0 || s->shared_intermediate < 0)
+        snprintf(msg, sizeof msg, "hidden %" PRId64 ", expert_intermediate %" PRId64
+                 " must be > 0 and shared_intermediate %" PRId64 " >= 0", s->hidden,
+                 s->expert_intermediate, s->shared_intermediate), bad = msg;
+    else if (s->n_experts < 1 || s->n_experts > LH_K_MOE_MAX_EXPERTS)
+        snprintf(msg, sizeof msg, "n_experts %" PRId64 " must be in [1, %d]", s->n_experts,
+                 LH_K_MOE_MAX_EXPERTS), bad = msg;
+    else if (r->top_k < 1 || r->top_k > s->n_experts)
+        snprintf(msg, sizeof msg, "top_k %" PRId64 " must be in [1, n_experts %" PRId64 "]",
+                 r->top_k, s->n_experts), bad = msg;
+    else if (r->scoring != LH_K_MOE_SOFTMAX && r->scoring != LH_K_MOE_SIGMOID)
+        snprintf(msg, sizeof msg, "scoring %d is not a lh_k_moe_scoring", (int)r->scoring),
+            bad = msg;
+    else if (r->n_group > 1 && (s->n_experts % r->n_group != 0 || r->topk_group < 1 ||
+                                r->topk_group > r->n_group ||
+                                r->topk_group * (s->n_experts / r->n_group) < r->top_k))
+        snprintf(msg, sizeof msg, "n_group %" PRId64 " / topk_group %" PRId64 " cannot choose "
+                 "top_k %" PRId64 " of %" PRId64 " experts", r->n_group, r->topk_group,
+                 r->top_k, s->n_experts), bad = msg;
+    else if (!isfinite(r->scale) || r->scale < 0 || !isfinite(r->renorm_eps) || r->renorm_eps < 0)
+        snprintf(msg, sizeof msg, "scale %g and renorm_eps %g must be finite and >= 0",
+                 (double)r->scale, (double)r->renorm_eps), bad = msg;
+    else if ((unsigned)s->act > (unsigned)LH_ACT_GELU)
+        snprintf(msg, sizeof msg, "act %d is not a lh_activation", (int)s->act), bad = msg;
+    if (bad) {
+        lh_tree_fail(b, LH_E_USAGE, "moe '%s': %s", w, bad);
+        return false;
+    }
+    return moe_name_ok(b, w, "router", s->router, true) &&
+           moe_name_ok(b, w, "correction_bias", s->correction_bias, false) &&
+           moe_name_ok(b, w, "experts", s->experts, true) &&
+           moe_name_ok(b, w, "gate_proj", s->gate_proj, true) &&
+           moe_name_ok(b, w, "up_proj", s->up_proj, true) &&
+           moe_name_ok(b, w, "down_proj", s->down_proj, true) &&
+           moe_name_ok(b, w, "shared", s->shared, s->shared_intermediate > 0) &&
+           moe_name_ok(b, w, "shared_gate", s->shared_gate, false);
+}
+
+/* gate / up [inter, hidden] and down [hidden, inter] under `parent` */
+static void add_gated(lh_build *b, lh_module *parent, const lh_moe_spec *s, int64_t inter)
+{
+    lh_build_add_linear(b, parent, s->gate_proj, s->hidden, inter, false);
+    lh_build_add_linear(b, parent, s->up_proj, s->hidden, inter, false);
+    lh_build_add_linear(b, parent, s->down_proj, inter, s->hidden, false);
+}
+
+static const char *arena_name(lh_build *b, const char *s)
+{
+    return s ? lh_tree_strdup(b, s) : NULL;
+}
+
+lh_module *lh_build_add_moe(lh_build *b, lh_module *parent, const char *name,
+                            const lh_moe_spec *spec)
+{
+    if (!usable(b))
+        return NULL;
+    char w[512];
+    where(w, sizeof w, b, parent, name);
+    if (!spec || spec->struct_size < sizeof(lh_moe_spec)) {
+        lh_tree_fail(b, LH_E_USAGE, "moe '%s': %s", w,
+                     spec ? "spec struct_size is smaller than the SDK's lh_moe_spec"
+                          : "NULL spec");
+        return NULL;
+    }
+    if (!check_moe(b, w, spec))
+        return NULL;
+    lh_moe_spec *s = lh_tree_alloc(b, sizeof *s);
+    if (!s)
+        return NULL;
+    *s = *spec;
+    s->struct_size = (uint32_t)sizeof *s;
+    s->router = arena_name(b, spec->router);
+    s->correction_bias = arena_name(b, spec->correction_bias);
+    s->experts = arena_name(b, spec->experts);
+    s->gate_proj = arena_name(b, spec->gate_proj);
+    s->up_proj = arena_name(b, spec->up_proj);
+    s->down_proj = arena_name(b, spec->down_proj);
+    s->shared = arena_name(b, spec->shared);
+    s->shared_gate = arena_name(b, spec->shared_gate);
+    lh_module *m = lh_tree_add_module(b, parent, name, LH_MOD_MOE);
+    if (!m || !usable(b))
+        return NULL;
+    m->moe = s;
+    /* the router and the shared gate stay in the model dtype (a quantized router could change
+     * which experts run): plain parameters of custom modules */
+    const int64_t rshape[2] = {s->n_experts, s->hidden};
+    lh_module *router = module_with_param(b, m, s->router, LH_MOD_CUSTOM, 2, rshape,
+                                          LH_PARAM_PLAIN);
+    if (router && s->correction_bias)
+        lh_tree_add_param(b, router, s->correction_bias, 1, &s->n_experts, LH_PARAM_PLAIN);
+    lh_module *experts = lh_tree_add_module(b, m, s->experts, LH_MOD_EXPERTS);
+    if (experts)
+        experts->moe = s;
+    for (int64_t e = 0; experts && e < s->n_experts && usable(b); e++) {
+        char en[24];
+        snprintf(en, sizeof en, "%" PRId64, e);
+        add_gated(b, lh_build_add_container(b, experts, en), s, s->expert_intermediate);
+    }
+    if (s->shared_intermediate > 0)
+        add_gated(b, lh_build_add_container(b, m, s->shared), s, s->shared_intermediate);
+    if (s->shared_gate) {
+        const int64_t gshape[2] = {1, s->hidden};
+        module_with_param(b, m, s->shared_gate, LH_MOD_CUSTOM, 2, gshape, LH_PARAM_PLAIN);
+    }
+    return usable(b) ? m : NULL;
+}
+
 /* ---- attention -------------------------------------------------------------------------- */
 
 static bool spec_fail(lh_build *b, const char *w, const char *what)

@@ -19,7 +19,7 @@ static int classify(const lh_module *x)
     for (const lh_module *a = x; a; a = a->parent) {
         if (a->kind == LH_MOD_ATTENTION)
             return G_ATTENTION;
-        if (a->kind == LH_MOD_MLP)
+        if (a->kind == LH_MOD_MLP || a->kind == LH_MOD_MOE)
             return G_MLP;
         if (a->kind == LH_MOD_HEAD)
             return G_LM_HEAD;
@@ -30,6 +30,18 @@ static int classify(const lh_module *x)
     case LH_MOD_LAYERNORM: return G_NORM;
     default: return G_OTHER;
     }
+}
+
+/* parameters of x and every module under it (tied ones on their source, scales not at all) */
+static int64_t subtree_parameters(const lh_module *x)
+{
+    int64_t n = 0;
+    for (const lh_param *p = x->params; p; p = p->next)
+        if (!p->tied_to && !p->is_scale)
+            n += p->numel;
+    for (const lh_module *c = x->first_child; c; c = c->next_sibling)
+        n += subtree_parameters(c);
+    return n;
 }
 
 lh_status lh_model_plan(const lh_model *m, lh_memory_plan *out, lh_err *err)
@@ -53,12 +65,22 @@ lh_status lh_model_plan(const lh_model *m, lh_memory_plan *out, lh_err *err)
             /* a quantized weight's scales are bytes, not parameters of the model */
             const int64_t n = p->is_scale ? 0 : p->numel;
             if (!lh_tree_add(out->parameters, n, &out->parameters) ||
+                !lh_tree_add(out->active_parameters, n, &out->active_parameters) ||
                 !lh_tree_add(out->weight_bytes, p->bytes, &out->weight_bytes) ||
                 !lh_tree_add(g->parameters, n, &g->parameters) ||
                 !lh_tree_add(g->bytes, p->bytes, &g->bytes))
                 return lh_err_set(err, LH_E_CONFIG, "%s: total parameter bytes overflow int64",
                                   m->provider);
         }
+    }
+    /* routed experts: only top_k of n_experts run per token (each expert has the same
+     * parameters, so the inactive share is exact) */
+    for (const lh_module *x = b->root; x; x = lh_tree_next(x)) {
+        if (x->kind != LH_MOD_EXPERTS)
+            continue;
+        const int64_t total = subtree_parameters(x);
+        const int64_t per = total / x->moe->n_experts;
+        out->active_parameters -= per * (x->moe->n_experts - x->moe->route.top_k);
     }
     for (size_t i = 0; i < b->n_attn; i++)
         if (!lh_tree_add(out->kv_bytes_per_token, b->attn[i].module->kv_bytes_per_token,
@@ -125,6 +147,7 @@ json_t *lh_model_plan_json(const lh_model *m, const lh_memory_plan *plan)
     ok = ok && put(o, "weight_types", json_incref(types));
     json_decref(types);
     ok = ok && put(o, "parameters", json_integer(plan->parameters)) &&
+         put(o, "active_parameters", json_integer(plan->active_parameters)) &&
          put(o, "weight_bytes", json_integer(plan->weight_bytes)) &&
          put(o, "weight_dtype", dt ? json_string(dt) : json_null()) &&
          put(o, "kv_bytes_per_token", json_integer(plan->kv_bytes_per_token)) &&

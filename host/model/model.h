@@ -28,7 +28,9 @@ typedef enum lh_module_kind {
     LH_MOD_ATTENTION,
     LH_MOD_HEAD, /* the output head: a linear the memory plan counts as "lm_head" */
     LH_MOD_LAYERNORM,
-    LH_MOD_CUSTOM
+    LH_MOD_CUSTOM,
+    LH_MOD_MOE,    /* a mixture-of-experts block (add_moe): counted as "mlp" */
+    LH_MOD_EXPERTS /* its routed experts: top_k / n_experts of them active per token */
 } lh_module_kind;
 
 /* Builds the tree for `prov` (api is the host API table handed to the constructor).
@@ -49,6 +51,7 @@ typedef struct lh_plan_group {
 
 typedef struct lh_memory_plan {
     int64_t parameters;          /* tied weights once; quantization scales not counted */
+    int64_t active_parameters;   /* per token: routed experts count top_k / n_experts */
     int64_t weight_bytes;        /* after the quant config */
     lh_dtype weight_dtype;
     int64_t kv_bytes_per_token;  /* sum over attention layers; MLA uses the latent width */
@@ -196,6 +199,11 @@ lh_module *lh_build_add_layernorm(lh_build *b, lh_module *parent, const char *na
 lh_module *lh_build_add_linear_transposed(lh_build *b, lh_module *parent, const char *name,
                                           int64_t in, int64_t out, bool bias);
 lh_module *lh_build_add_mlp(lh_build *b, lh_module *parent, const char *name);
+lh_module *lh_build_add_moe(lh_build *b, lh_module *parent, const char *name,
+                            const lh_moe_spec *spec);
+/* The MoE blocks of the tree in pre-order: the i-th block's full name and spec (both owned by
+ * the model; names in the spec point into the tree), NULL past the end. */
+const lh_moe_spec *lh_model_moe_at(const lh_model *m, size_t i, const char **name);
 lh_module *lh_build_add_head(lh_build *b, lh_module *parent, const char *name, int64_t in,
                              int64_t out, bool bias);
 lh_module *lh_build_add_attention(lh_build *b, lh_module *parent, const char *name,

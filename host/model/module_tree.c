@@ -727,3 +727,16 @@ const lh_attention_spec *lh_model_attention_spec(const lh_model *m, const char *
     const lh_module *x = lh_tree_lookup(m->b, module_name);
     return x && x->kind == LH_MOD_ATTENTION ? x->attn : NULL;
 }
+
+const lh_moe_spec *lh_model_moe_at(const lh_model *m, size_t i, const char **name)
+{
+    if (!m)
+        return NULL;
+    for (const lh_module *x = m->b->root; x; x = lh_tree_next(x))
+        if (x->kind == LH_MOD_MOE && i-- == 0) {
+            if (name)
+                *name = x->name;
+            return x->moe;
+        }
+    return NULL;
+}

@@ -59,6 +59,8 @@ struct lh_module {
     /* ATTENTION */
     lh_attention_spec *attn;     /* copy of the spec (arena) */
     int64_t kv_bytes_per_token;
+    /* MOE (and its EXPERTS child, which points at the same copy): the spec, names in the arena */
+    lh_moe_spec *moe;
 };
 
 typedef struct lh_arena_chunk {

@@ -450,6 +450,7 @@ void lh_runner_free(lh_runner *r)
         free(r->views[i]);
     }
     free(r->views);
+    lh_runner_free_moe(r);
     lh_kv_cache_free(r->kv);
     free(r->tables);
     free(r->table_len);
@@ -510,9 +511,23 @@ lh_status lh_runner_create(const lh_model *m, const lh_model_provider *prov,
     r->fused_rope = attn->fused_rope;
     r->max_seq_len = max_seq_len;
     r->max_seqs = max_seqs;
+    /* the MoE block's routing and scatter kernels have no CUDA twins yet: refuse before a
+     * byte moves rather than at the first step */
+    const char *moe_name = NULL;
+    if (r->dev.kind == LH_DEVICE_CUDA && lh_model_moe_at(m, 0, &moe_name)) {
+        char dev[32];
+        lh_runner_device_name(r->dev, dev, sizeof dev);
+        lh_status st = lh_err_set(err, LH_E_UNSUPPORTED, "%s: mixture-of-experts blocks (%s and "
+                                  "the others) run on the CPU only in this build, not on %s; use "
+                                  "device: cpu", prov->name, moe_name, dev);
+        lh_runner_free(r);
+        return st;
+    }
     lh_status st = init_weights(r, m, err);
     if (st == LH_OK)
         st = init_attention(r, m, attn, err);
+    if (st == LH_OK)
+        st = lh_runner_init_moe(r, m, err);
     if (st == LH_OK)
         st = bind_plugin(r, lh_host_api_table(), cfg, err);
     if (st == LH_OK && attn->cuda_graphs && r->dev.kind == LH_DEVICE_CUDA) {

@@ -131,5 +131,7 @@ lh_tensor lh_runner_output_rows(lh_fwd *f, const lh_tensor *h);
 lh_tensor lh_runner_logits(lh_fwd *f);
 lh_status lh_runner_fwd_fail(lh_fwd *f, lh_status code, const char *fmt, ...) LH_PRINTF(3, 4);
 lh_status lh_runner_fwd_status(lh_fwd *f);
+const lh_moe_ref *lh_runner_moe(lh_bind *bd, const char *fmt, ...) LH_PRINTF(2, 3);
+lh_status lh_runner_moe_ffn(lh_fwd *f, const lh_moe_ref *m, const lh_tensor *x, lh_tensor *out);
 
 #endif

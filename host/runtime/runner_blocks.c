@@ -96,20 +96,28 @@ const lh_weight *lh_runner_weight_opt(lh_bind *bd, const char *fmt, ...)
     return w;
 }
 
-const lh_attn_ref *lh_runner_attention(lh_bind *bd, const char *fmt, ...)
+bool lh_runner_bind_name(lh_bind *bd, const char *what, char *name, size_t size, const char *fmt,
+                         va_list ap)
 {
     if (!bd || bd->err.code != LH_OK)
-        return NULL;
+        return false;
+    const int n = vsnprintf(name, size, fmt, ap);
+    if (n < 0 || (size_t)n >= size) {
+        lh_runner_bind_fail(bd, LH_E_USAGE, "%s: a name longer than %zu bytes", what, size - 1);
+        return false;
+    }
+    return true;
+}
+
+const lh_attn_ref *lh_runner_attention(lh_bind *bd, const char *fmt, ...)
+{
     char name[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(name, sizeof name, fmt, ap);
+    const bool ok = lh_runner_bind_name(bd, "attention", name, sizeof name, fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof name) {
-        lh_runner_bind_fail(bd, LH_E_USAGE, "attention: a name longer than %zu bytes",
-                            sizeof name - 1);
+    if (!ok)
         return NULL;
-    }
     const lh_runner *r = bd->r;
     for (int64_t i = 0; i < r->n_attn; i++)
         if (strcmp(r->attn[i].module, name) == 0)

@@ -5,6 +5,8 @@
 
 #include "runner.h"
 
+#include <stdarg.h>
+
 /* A parameter of the tree as the forward blocks read it: a tensor on the runner's device. */
 struct lh_weight {
     char *name;  /* "module.param" */
@@ -79,6 +81,11 @@ struct lh_runner {
     /* host copies of transposed weights (add_linear_transposed), [out, in] */
     void **tbufs;
     int64_t n_tbufs;
+    /* the model's MoE blocks (moe.c) and their working memory on the context's device */
+    lh_moe_ref *moes;
+    int64_t n_moes;
+    void *moe_buf;
+    size_t moe_buf_bytes;
     /* row views the plugin's bind made (weight_rows), each allocated once */
     lh_weight **views;
     int64_t n_views;
@@ -87,6 +94,15 @@ struct lh_runner {
     bool graphs;
     lh_k_graph **graph; /* [max_seqs] */
 };
+
+/* The full name a bind lookup formats into name[size]; false (bd failed, or fails now with
+ * "<what>: a name longer than ...") when there is none. */
+bool lh_runner_bind_name(lh_bind *bd, const char *what, char *name, size_t size, const char *fmt,
+                         va_list ap);
+
+/* moe.c: the MoE blocks of m, with their weights (after init_weights); their release. */
+lh_status lh_runner_init_moe(lh_runner *r, const lh_model *m, lh_err *err);
+void lh_runner_free_moe(lh_runner *r);
 
 /* "cpu" or "cuda:N" into buf. */
 const char *lh_runner_device_name(lh_device dev, char *buf, size_t n);

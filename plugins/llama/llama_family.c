@@ -86,7 +86,11 @@ lh_status llama_construct(const lh_host_api *api, lh_build *b, const lh_model_co
     const double eps = g->rms_norm_eps;
     /* transformers: Llama/Mistral put attention_bias on q, k, v and o; Qwen2 has q/k/v bias
      * and no o bias */
-    const bool qkv_bias = v->qkv_bias || g->attention_bias, o_bias = g->attention_bias;
+    bool qkv_bias = v->qkv_bias || g->attention_bias;
+    const bool o_bias = g->attention_bias;
+    bool kb;
+    if (v->qkv_bias_key)
+        qkv_bias = api->config_get_bool(cfg, v->qkv_bias_key, &kb) == 1 ? kb : true;
 
     lh_module *root = api->module_root(b);
     lh_module *model = api->add_container(b, root, "model");
@@ -120,6 +124,12 @@ lh_status llama_construct(const lh_host_api *api, lh_build *b, const lh_model_co
             api->add_rmsnorm(b, attn, "k_norm", D, eps);
         }
         api->add_rmsnorm(b, layer, "post_attention_layernorm", hidden, eps);
+        lh_moe_spec ms;
+        const char *moe_name;
+        if (v->layer_moe && v->layer_moe(api, cfg, i, &ms, &moe_name)) {
+            api->add_moe(b, layer, moe_name, &ms);
+            continue;
+        }
         lh_module *mlp = api->add_mlp(b, layer, "mlp");
         api->add_linear(b, mlp, "gate_proj", hidden, g->intermediate_size, false);
         api->add_linear(b, mlp, "up_proj", hidden, g->intermediate_size, false);
@@ -138,7 +148,8 @@ typedef struct llama_layer {
     const lh_weight *in_norm, *post_norm;
     const lh_weight *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
     const lh_weight *q_norm, *k_norm; /* NULL without qk_norm */
-    const lh_weight *gate, *up, *down;
+    const lh_weight *gate, *up, *down; /* dense layers */
+    const lh_moe_ref *moe;             /* MoE layers (gate, up, down NULL) */
     const lh_attn_ref *attn;
 } llama_layer;
 
@@ -195,9 +206,15 @@ lh_status llama_bind(const lh_host_api *api, lh_bind *bd, const lh_model_config 
             L->q_norm = api->weight(bd, p, i, "self_attn.q_norm.weight");
             L->k_norm = api->weight(bd, p, i, "self_attn.k_norm.weight");
         }
-        L->gate = api->weight(bd, p, i, "mlp.gate_proj.weight");
-        L->up = api->weight(bd, p, i, "mlp.up_proj.weight");
-        L->down = api->weight(bd, p, i, "mlp.down_proj.weight");
+        lh_moe_spec ms;
+        const char *moe_name;
+        if (v->layer_moe && v->layer_moe(api, cfg, i, &ms, &moe_name)) {
+            L->moe = api->moe(bd, "model.layers.%" PRId64 ".%s", i, moe_name);
+        } else {
+            L->gate = api->weight(bd, p, i, "mlp.gate_proj.weight");
+            L->up = api->weight(bd, p, i, "mlp.up_proj.weight");
+            L->down = api->weight(bd, p, i, "mlp.down_proj.weight");
+        }
         L->attn = api->attention(bd, "model.layers.%" PRId64 ".self_attn", i);
     }
     lh_status st = api->bind_status(bd);
@@ -254,10 +271,14 @@ lh_status llama_forward(void *model, const lh_host_api *api, lh_fwd *f)
         api->linear(f, &attn, L->wo, L->bo, &proj);
         /* residual += attention; h = post_attention_layernorm(residual) */
         api->residual_rmsnorm(f, &resid, &proj, L->post_norm, m->eps, 0.0f, &h);
-        api->linear(f, &h, L->gate, NULL, &gate);
-        api->linear(f, &h, L->up, NULL, &up);
-        api->act_mul(f, LH_ACT_SILU, &gate, &up, &gate);
-        api->linear(f, &gate, L->down, NULL, &proj);
+        if (L->moe) {
+            api->moe_ffn(f, L->moe, &h, &proj);
+        } else {
+            api->linear(f, &h, L->gate, NULL, &gate);
+            api->linear(f, &h, L->up, NULL, &up);
+            api->act_mul(f, LH_ACT_SILU, &gate, &up, &gate);
+            api->linear(f, &gate, L->down, NULL, &proj);
+        }
         /* the norm fusion chain: residual += mlp; h = next layer's input norm (or model.norm) */
         const lh_weight *next = i + 1 < m->n_layers ? m->layers[i + 1].in_norm : m->final_norm;
         api->residual_rmsnorm(f, &resid, &proj, next, m->eps, 0.0f, &h);

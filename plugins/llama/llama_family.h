@@ -5,7 +5,8 @@
  *   model.layers.N.input_layernorm          [hidden]
  *   model.layers.N.self_attn.{q,k,v,o}_proj (q_norm / k_norm [head_dim] with qk_norm)
  *   model.layers.N.post_attention_layernorm [hidden]
- *   model.layers.N.mlp.{gate,up,down}_proj  (SiLU-gated)
+ *   model.layers.N.mlp.{gate,up,down}_proj  (SiLU-gated; or, where the member says so, a
+ *                                           mixture of experts under its own name)
  *   model.norm                              [hidden]
  *   lm_head                                 [vocab, hidden], tied to embed_tokens when
  *                                           tie_word_embeddings
@@ -24,6 +25,14 @@ typedef struct llama_variant {
     /* The window of layer i (0: full attention), from the config's sliding_window geometry and
      * the member's own rule. */
     int64_t (*layer_window)(const lh_host_api *api, const lh_model_config *cfg, int64_t i);
+    /* A config key that says whether q/k/v carry a bias (Qwen2-MoE's qkv_bias, default true
+     * when absent); NULL: qkv_bias above decides. */
+    const char *qkv_bias_key;
+    /* Layer i's feed-forward as a mixture of experts: fills *spec (names included) and *name
+     * (the block's module name) and returns true; false: the dense gated MLP "mlp". NULL:
+     * every layer dense. */
+    bool (*layer_moe)(const lh_host_api *api, const lh_model_config *cfg, int64_t i,
+                      lh_moe_spec *spec, const char **name);
 } llama_variant;
 
 /* transformers' layer_types ("sliding_attention" / "full_attention") when the config has it:

@@ -1,10 +1,16 @@
-/* Built-in model plugin: Qwen2 and Qwen3 (the Llama family's decoder, llama_family.c), with
- * one variant each:
+/* Built-in model plugin: Qwen2, Qwen3 and their mixtures of experts (the Llama family's
+ * decoder, llama_family.c), with one variant each:
  *   Qwen2ForCausalLM: q/k/v projections carry a bias (o_proj does not);
- *   Qwen3ForCausalLM: per-head RMSNorm on q and k (q_norm, k_norm), no bias.
+ *   Qwen3ForCausalLM: per-head RMSNorm on q and k (q_norm, k_norm), no bias;
+ *   Qwen2MoeForCausalLM: Qwen2's attention (q/k/v bias as qkv_bias says), sparse layers with a
+ *   shared expert behind a sigmoid gate;
+ *   Qwen3MoeForCausalLM: Qwen3's attention, sparse layers without a shared expert.
  * Their sliding window is opt-in (use_sliding_window) and, without transformers' layer_types,
  * applies to the layers from max_window_layers on. */
 #include "../llama/llama_family.h"
+
+#include <inttypes.h>
+#include <stdio.h>
 
 static int64_t window(const lh_host_api *api, const lh_model_config *cfg, int64_t i)
 {
@@ -27,50 +33,122 @@ static const llama_variant qwen2 = {.arch = "Qwen2ForCausalLM", .qkv_bias = true
 static const llama_variant qwen3 = {.arch = "Qwen3ForCausalLM", .qk_norm = true,
                                     .layer_window = window};
 
-static lh_status construct2(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
+/* Qwen2-MoE / Qwen3-MoE: layer i is sparse unless it is listed in mlp_only_layers, and then
+ * only every decoder_sparse_step-th layer ((i + 1) % step == 0), as transformers decides. */
+/* transformers 5 writes Qwen3-MoE's expert count as num_local_experts, Qwen2-MoE's (and
+ * every earlier version's) as num_experts */
+static int64_t n_experts(const lh_host_api *api, const lh_model_config *cfg)
 {
-    return llama_construct(api, b, cfg, &qwen2);
+    int64_t n = 0;
+    if (api->config_get_int(cfg, "num_experts", &n) != 1)
+        api->config_get_int(cfg, "num_local_experts", &n);
+    return n;
 }
 
-static lh_status construct3(const lh_host_api *api, lh_build *b, const lh_model_config *cfg)
+static bool sparse_layer(const lh_host_api *api, const lh_model_config *cfg, int64_t i)
 {
-    return llama_construct(api, b, cfg, &qwen3);
+    int64_t step = 1, v;
+    if (n_experts(api, cfg) <= 0)
+        return false;
+    char key[48];
+    for (int64_t j = 0;; j++) {
+        snprintf(key, sizeof key, "mlp_only_layers.%" PRId64, j);
+        if (api->config_get_int(cfg, key, &v) != 1)
+            break;
+        if (v == i)
+            return false;
+    }
+    if (api->config_get_int(cfg, "decoder_sparse_step", &step) == 1 && step > 0)
+        return (i + 1) % step == 0;
+    return true;
 }
 
-static lh_status bind2(const lh_host_api *api, lh_bind *bd, const lh_model_config *cfg,
-                       void **model, lh_forward_info *info)
+/* The experts of both: mlp.gate routes to num_experts_per_tok of num_experts SiLU-gated
+ * experts (mlp.experts.N.{gate,up,down}_proj, moe_intermediate_size wide), softmax scores,
+ * renormalized over the chosen ones only with norm_topk_prob. Qwen2-MoE adds a shared expert
+ * (mlp.shared_expert) scaled by sigmoid(mlp.shared_expert_gate(x)). */
+static bool qwen_moe(const lh_host_api *api, const lh_model_config *cfg, int64_t i,
+                     lh_moe_spec *s, const char **name, bool shared)
 {
-    return llama_bind(api, bd, cfg, &qwen2, model, info);
+    if (!sparse_layer(api, cfg, i))
+        return false;
+    const lh_model_geometry *g = api->config_geometry(cfg);
+    int64_t n = n_experts(api, cfg), k = 1, inter = g->intermediate_size, sh = 0;
+    bool norm = false;
+    api->config_get_int(cfg, "num_experts_per_tok", &k);
+    api->config_get_int(cfg, "moe_intermediate_size", &inter);
+    api->config_get_bool(cfg, "norm_topk_prob", &norm);
+    if (shared)
+        api->config_get_int(cfg, "shared_expert_intermediate_size", &sh);
+    *s = (lh_moe_spec){
+        .struct_size = sizeof *s,
+        .hidden = g->hidden_size,
+        .n_experts = n,
+        .expert_intermediate = inter,
+        .route = {.top_k = k, .scoring = LH_K_MOE_SOFTMAX, .renormalize = norm, .scale = 1.0f},
+        .act = LH_ACT_SILU,
+        .router = "gate",
+        .experts = "experts",
+        .gate_proj = "gate_proj",
+        .up_proj = "up_proj",
+        .down_proj = "down_proj",
+        .shared_intermediate = sh,
+        .shared = sh > 0 ? "shared_expert" : NULL,
+        .shared_gate = sh > 0 ? "shared_expert_gate" : NULL,
+    };
+    *name = "mlp";
+    return true;
 }
 
-static lh_status bind3(const lh_host_api *api, lh_bind *bd, const lh_model_config *cfg,
-                       void **model, lh_forward_info *info)
+static bool qwen2_moe_layer(const lh_host_api *api, const lh_model_config *cfg, int64_t i,
+                            lh_moe_spec *s, const char **name)
 {
-    return llama_bind(api, bd, cfg, &qwen3, model, info);
+    return qwen_moe(api, cfg, i, s, name, true);
 }
 
-static const lh_model_ops ops2 = {
-    .struct_size = sizeof(lh_model_ops),
-    .construct = construct2,
-    .check_config = llama_check_config,
-    .bind = bind2,
-    .forward = llama_forward,
-    .destroy = llama_destroy,
-};
-static const lh_model_ops ops3 = {
-    .struct_size = sizeof(lh_model_ops),
-    .construct = construct3,
-    .check_config = llama_check_config,
-    .bind = bind3,
-    .forward = llama_forward,
-    .destroy = llama_destroy,
-};
+static bool qwen3_moe_layer(const lh_host_api *api, const lh_model_config *cfg, int64_t i,
+                            lh_moe_spec *s, const char **name)
+{
+    return qwen_moe(api, cfg, i, s, name, false);
+}
+
+static const llama_variant qwen2_moe = {.arch = "Qwen2MoeForCausalLM", .qkv_bias_key = "qkv_bias",
+                                        .layer_window = window, .layer_moe = qwen2_moe_layer};
+static const llama_variant qwen3_moe = {.arch = "Qwen3MoeForCausalLM", .qk_norm = true,
+                                        .layer_window = window, .layer_moe = qwen3_moe_layer};
+
+#define QWEN_OPS(NAME, VARIANT)                                                                 \
+    static lh_status construct_##NAME(const lh_host_api *api, lh_build *b,                     \
+                                      const lh_model_config *cfg)                                \
+    {                                                                                           \
+        return llama_construct(api, b, cfg, &VARIANT);                                          \
+    }                                                                                           \
+    static lh_status bind_##NAME(const lh_host_api *api, lh_bind *bd, const lh_model_config *cfg, \
+                                 void **model, lh_forward_info *info)                           \
+    {                                                                                           \
+        return llama_bind(api, bd, cfg, &VARIANT, model, info);                                 \
+    }                                                                                           \
+    static const lh_model_ops ops_##NAME = {                                                    \
+        .struct_size = sizeof(lh_model_ops),                                                    \
+        .construct = construct_##NAME,                                                          \
+        .check_config = llama_check_config,                                                     \
+        .bind = bind_##NAME,                                                                    \
+        .forward = llama_forward,                                                               \
+        .destroy = llama_destroy,                                                               \
+    };
+
+QWEN_OPS(qwen2, qwen2)
+QWEN_OPS(qwen3, qwen3)
+QWEN_OPS(qwen2_moe, qwen2_moe)
+QWEN_OPS(qwen3_moe, qwen3_moe)
 
 static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
 {
     const lh_model_provider providers[] = {
-        {sizeof(lh_model_provider), "Qwen2ForCausalLM", &ops2, NULL},
-        {sizeof(lh_model_provider), "Qwen3ForCausalLM", &ops3, NULL},
+        {sizeof(lh_model_provider), "Qwen2ForCausalLM", &ops_qwen2, NULL},
+        {sizeof(lh_model_provider), "Qwen3ForCausalLM", &ops_qwen3, NULL},
+        {sizeof(lh_model_provider), "Qwen2MoeForCausalLM", &ops_qwen2_moe, NULL},
+        {sizeof(lh_model_provider), "Qwen3MoeForCausalLM", &ops_qwen3_moe, NULL},
     };
     for (size_t i = 0; i < sizeof providers / sizeof providers[0]; i++) {
         lh_status st = api->register_model(ctx, &providers[i]);

@@ -891,6 +891,24 @@ static void test_window_chunk_draft(void)
         CU_ASSERT_EQUAL(cfg->geo.sliding_window, 0);
         lh_model_config_free(cfg);
     }
+    /* a window the config switches off is not validated as if it were used (transformers'
+     * Qwen2-MoE writes 0, and any value is as unused): only its type is */
+    static const char *const off[] = {"0", "-1", "null"};
+    for (size_t i = 0; i < sizeof off / sizeof *off; i++) {
+        char text[256];
+        snprintf(text, sizeof text, BASE ", \"sliding_window\": %s, \"use_sliding_window\": false}",
+                 off[i]);
+        cfg = parse_ok(text);
+        if (cfg) {
+            CU_ASSERT_EQUAL(cfg->geo.sliding_window, 0);
+            lh_model_config_free(cfg);
+        }
+    }
+    EXPECT_ERR(BASE ", \"sliding_window\": \"4k\", \"use_sliding_window\": false}", LH_E_CONFIG,
+               "sliding_window");
+    /* on (or not said) and <= 0 stays an error */
+    EXPECT_ERR(BASE ", \"sliding_window\": 0, \"use_sliding_window\": true}", LH_E_CONFIG,
+               "sliding_window=0 must be > 0");
     cfg = parse_ok(BASE ", \"sliding_window\": null, \"attention_chunk_size\": null}");
     if (cfg) {
         CU_ASSERT_EQUAL(cfg->geo.sliding_window, 0);

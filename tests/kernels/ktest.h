@@ -248,4 +248,14 @@ static inline bool kt_contains(const char *hay, const char *needle)
     return hay && strstr(hay, needle) != NULL;
 }
 
+/* call returns st and the message of the context `ctx` (in scope) contains msg. */
+#define EXPECT_ERR(call, st, msg)                                                                 \
+    do {                                                                                          \
+        CU_ASSERT_EQUAL((call), (st));                                                            \
+        if (!kt_contains(lh_k_last_error(ctx), (msg))) {                                          \
+            printf("\n    want \"%s\"\n    got  \"%s\"", (msg), lh_k_last_error(ctx));            \
+            CU_FAIL("message");                                                                   \
+        }                                                                                         \
+    } while (0)
+
 #endif

@@ -275,15 +275,6 @@ static void test_scaled_empty(void)
 
 /* ---- errors --------------------------------------------------------------------------------- */
 
-#define EXPECT_ERR(call, st, msg)                                                                 \
-    do {                                                                                          \
-        CU_ASSERT_EQUAL((call), (st));                                                            \
-        if (!kt_contains(lh_k_last_error(ctx), (msg))) {                                          \
-            printf("\n    want \"%s\"\n    got  \"%s\"", (msg), lh_k_last_error(ctx));            \
-            CU_FAIL("message");                                                                   \
-        }                                                                                         \
-    } while (0)
-
 static void test_scaled_matmul_errors(void)
 {
     lh_kctx *ctx = kt_ctx(1, LH_K_ISA_SCALAR);

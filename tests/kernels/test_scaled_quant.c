@@ -326,15 +326,6 @@ static void test_quantize_known(void)
 
 /* ---- errors ------------------------------------------------------------------------------- */
 
-#define EXPECT_ERR(call, st, msg)                                                                 \
-    do {                                                                                          \
-        CU_ASSERT_EQUAL((call), (st));                                                            \
-        if (!kt_contains(lh_k_last_error(ctx), (msg))) {                                          \
-            printf("\n    want \"%s\"\n    got  \"%s\"", (msg), lh_k_last_error(ctx));            \
-            CU_FAIL("message");                                                                   \
-        }                                                                                         \
-    } while (0)
-
 static void test_quantize_errors(void)
 {
     lh_kctx *ctx = lh_k_ctx_create(2, kt_cpu());

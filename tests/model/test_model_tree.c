@@ -96,6 +96,7 @@ static lh_host_api make_api(void)
     a.add_rmsnorm = lh_build_add_rmsnorm;
     a.add_attention = lh_build_add_attention;
     a.add_mlp = lh_build_add_mlp;
+    a.add_moe = lh_build_add_moe;
     a.add_head = lh_build_add_head;
     a.add_param = lh_build_add_param;
     a.add_layernorm = lh_build_add_layernorm;
@@ -137,6 +138,23 @@ static const char *const QWEN3_8B =
     "\"num_key_value_heads\":8,\"head_dim\":128,\"vocab_size\":151936,"
     "\"max_position_embeddings\":40960,\"rms_norm_eps\":1e-06,\"rope_theta\":1000000,"
     "\"attention_bias\":false,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\"}";
+/* mistralai/Mixtral-8x7B-v0.1 and Qwen/Qwen3-30B-A3B, as published */
+static const char *const MIXTRAL_8X7B =
+    "{\"architectures\":[\"MixtralForCausalLM\"],\"model_type\":\"mixtral\",\"hidden_size\":4096,"
+    "\"intermediate_size\":14336,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
+    "\"num_key_value_heads\":8,\"vocab_size\":32000,\"max_position_embeddings\":32768,"
+    "\"num_local_experts\":8,\"num_experts_per_tok\":2,\"rms_norm_eps\":1e-05,"
+    "\"rope_theta\":1000000.0,\"sliding_window\":null,\"tie_word_embeddings\":false,"
+    "\"router_aux_loss_coef\":0.02,\"torch_dtype\":\"bfloat16\"}";
+static const char *const QWEN3_30B_A3B =
+    "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"model_type\":\"qwen3_moe\",\"hidden_size\":2048,"
+    "\"intermediate_size\":6144,\"moe_intermediate_size\":768,\"num_hidden_layers\":48,"
+    "\"num_attention_heads\":32,\"num_key_value_heads\":4,\"head_dim\":128,"
+    "\"vocab_size\":151936,\"max_position_embeddings\":40960,\"num_experts\":128,"
+    "\"num_experts_per_tok\":8,\"norm_topk_prob\":true,\"decoder_sparse_step\":1,"
+    "\"mlp_only_layers\":[],\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0,"
+    "\"use_sliding_window\":false,\"sliding_window\":null,\"attention_bias\":false,"
+    "\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\"}";
 static const char *const LLAMA_3_1_405B =
     "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":16384,"
     "\"intermediate_size\":53248,\"num_hidden_layers\":126,\"num_attention_heads\":128,"
@@ -832,6 +850,36 @@ static lh_status c_bad_chunk(const lh_host_api *api, lh_build *b)
     api->add_attention(b, NULL, "attn", &s);
     return api->build_status(b);
 }
+static lh_moe_spec small_moe(void)
+{
+    return (lh_moe_spec){.struct_size = sizeof(lh_moe_spec), .hidden = 8, .n_experts = 4,
+                         .expert_intermediate = 16,
+                         .route = {.top_k = 2, .scoring = LH_K_MOE_SOFTMAX, .scale = 1.0f},
+                         .router = "gate", .experts = "experts", .gate_proj = "g",
+                         .up_proj = "u", .down_proj = "d"};
+}
+#define MOE_CASE(NAME, EDIT)                                                                      \
+    static lh_status NAME(const lh_host_api *api, lh_build *b)                                    \
+    {                                                                                             \
+        lh_moe_spec s = small_moe();                                                              \
+        EDIT;                                                                                     \
+        api->add_moe(b, NULL, "mlp", &s);                                                         \
+        return api->build_status(b);                                                              \
+    }
+MOE_CASE(c_moe_top_k, s.route.top_k = 5)
+MOE_CASE(c_moe_experts, s.n_experts = 0)
+MOE_CASE(c_moe_groups, (s.route.n_group = 2, s.route.topk_group = 1, s.route.top_k = 3))
+MOE_CASE(c_moe_width, s.expert_intermediate = 0)
+MOE_CASE(c_moe_name, s.up_proj = "")
+MOE_CASE(c_moe_shared, s.shared_intermediate = 32)
+MOE_CASE(c_moe_size, s.struct_size = 8)
+MOE_CASE(c_moe_scale, s.route.scale = -1.0f)
+MOE_CASE(c_moe_dup, s.up_proj = "g")
+static lh_status c_moe_null(const lh_host_api *api, lh_build *b)
+{
+    api->add_moe(b, NULL, "mlp", NULL);
+    return api->build_status(b);
+}
 static lh_status c_spec_size(const lh_host_api *api, lh_build *b)
 {
     lh_attention_spec s = small_spec();
@@ -975,6 +1023,17 @@ static void test_build_errors(void)
         {"rope_theta", c_bad_rope_theta, LH_E_USAGE, "rope_theta 0 must be a finite value > 0"},
         {"chunk size", c_bad_chunk, LH_E_USAGE, "attention_chunk_size -8 must be >= 0"},
         {"spec size", c_spec_size, LH_E_USAGE, "struct_size"},
+        {"moe top_k", c_moe_top_k, LH_E_USAGE, "moe 'mlp': top_k 5 must be in [1, n_experts 4]"},
+        {"moe experts", c_moe_experts, LH_E_USAGE, "moe 'mlp': n_experts 0 must be in [1, 1024]"},
+        {"moe groups", c_moe_groups, LH_E_USAGE,
+         "moe 'mlp': n_group 2 / topk_group 1 cannot choose top_k 3 of 4 experts"},
+        {"moe width", c_moe_width, LH_E_USAGE, "expert_intermediate 0 must be > 0"},
+        {"moe name", c_moe_name, LH_E_USAGE, "moe 'mlp': up_proj must be a non-empty name"},
+        {"moe shared", c_moe_shared, LH_E_USAGE, "moe 'mlp': shared must be a non-empty name"},
+        {"moe spec size", c_moe_size, LH_E_USAGE, "spec struct_size is smaller than the SDK's"},
+        {"moe scale", c_moe_scale, LH_E_USAGE, "scale -1 and renorm_eps 0 must be finite"},
+        {"moe names collide", c_moe_dup, LH_E_USAGE, "duplicate module name 'mlp.experts.0.g'"},
+        {"moe NULL spec", c_moe_null, LH_E_USAGE, "moe 'mlp': NULL spec"},
         {"NULL name", c_null_name, LH_E_USAGE, "NULL name"},
         {"empty name", c_empty_name, LH_E_USAGE, "empty name"},
         {"dot name", c_dot_name, LH_E_USAGE, "'layers.0'"},
@@ -1460,7 +1519,7 @@ static void test_plugin_llama(void)
     memset(&t, 0, sizeof t);
     t_n_gguf = 0;
     CU_ASSERT_EQUAL_FATAL(d->init(&api, (lh_plugin_ctx *)(void *)&t), LH_OK);
-    CU_ASSERT_EQUAL(t.n, 2);
+    CU_ASSERT_EQUAL(t.n, 3);
     /* llama.cpp's "llama" files feed the Llama provider */
     CU_ASSERT_EQUAL(t_n_gguf, 1);
     CU_ASSERT_STRING_EQUAL(t_gguf[0][0], "llama");
@@ -1476,6 +1535,14 @@ static void test_plugin_llama(void)
     CU_ASSERT_EQUAL(p.parameters, INT64_C(134515008));
     CU_ASSERT_EQUAL(build_provider(&api, mistral, "mistral-7b-v0.1", MISTRAL_7B, &p), LH_OK);
     CU_ASSERT_EQUAL(p.parameters, INT64_C(7241732096));
+    CU_ASSERT_EQUAL(p.active_parameters, p.parameters); /* dense: every parameter runs */
+    /* Mixtral: 8 experts per layer, 2 of them run per token */
+    const lh_model_provider *mixtral = find_provider(&t, "MixtralForCausalLM");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mixtral);
+    CU_ASSERT_EQUAL(build_provider(&api, mixtral, "mixtral-8x7b", MIXTRAL_8X7B, &p), LH_OK);
+    CU_ASSERT_EQUAL(p.parameters, INT64_C(46702792704));
+    CU_ASSERT_EQUAL(p.active_parameters, INT64_C(12879925248));
+    CU_ASSERT_EQUAL(group(&p, "mlp", false), INT64_C(32) * (8 * 3 * 4096 * 14336 + 8 * 4096));
     /* a provider that runs the model: the whole vtable, not only the tree */
     CU_ASSERT_PTR_NOT_NULL_FATAL(llama->ops);
     CU_ASSERT_EQUAL(llama->ops->struct_size, sizeof(lh_model_ops));
@@ -1496,7 +1563,7 @@ static void test_plugin_qwen(void)
     test_ctx t;
     memset(&t, 0, sizeof t);
     CU_ASSERT_EQUAL_FATAL(d->init(&api, (lh_plugin_ctx *)(void *)&t), LH_OK);
-    CU_ASSERT_EQUAL(t.n, 2);
+    CU_ASSERT_EQUAL(t.n, 4);
     const lh_model_provider *q2 = find_provider(&t, "Qwen2ForCausalLM");
     const lh_model_provider *q3 = find_provider(&t, "Qwen3ForCausalLM");
     CU_ASSERT_PTR_NOT_NULL_FATAL(q2);
@@ -1506,6 +1573,14 @@ static void test_plugin_qwen(void)
     CU_ASSERT_EQUAL(p.parameters, INT64_C(7615616512));
     CU_ASSERT_EQUAL(build_provider(&api, q3, "qwen3-8b", QWEN3_8B, &p), LH_OK);
     CU_ASSERT_EQUAL(p.parameters, INT64_C(8190735360));
+    const lh_model_provider *q3m = find_provider(&t, "Qwen3MoeForCausalLM");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(q3m);
+    CU_ASSERT_PTR_NOT_NULL(find_provider(&t, "Qwen2MoeForCausalLM"));
+    CU_ASSERT_EQUAL(build_provider(&api, q3m, "qwen3-30b-a3b", QWEN3_30B_A3B, &p), LH_OK);
+    CU_ASSERT_EQUAL(p.parameters, INT64_C(30532122624));
+    /* 8 of 128 experts of 3 x 2048 x 768 per layer run */
+    CU_ASSERT_EQUAL(p.active_parameters,
+                    INT64_C(30532122624) - INT64_C(48) * 120 * 3 * 2048 * 768);
     check_same_tree(&api, q2, construct_qkv_bias, "qwen2.5-7b", QWEN2_5_7B);
     check_same_tree(&api, q3, construct_qk_norm, "qwen3-8b", QWEN3_8B);
 }
