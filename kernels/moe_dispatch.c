@@ -1,16 +1,10 @@
 /* The public mixture-of-experts kernels (lh_k_moe_route, lh_k_scatter_add_rows; lh_kernels.h):
- * argument checks, then the CPU implementation (kernels/cpu/moe.c). A CUDA context is refused
- * after the checks, naming the kernel: there is no CUDA twin yet. */
+ * argument checks, then the CPU implementation (kernels/cpu/moe.c) or its CUDA twin
+ * (kernels/cuda/moe.cu); a routed row holding inf or NaN is worded here, once for both. */
 #include "dispatch_checks.h"
 
 #include <inttypes.h>
 #include <math.h>
-
-static lh_status no_cuda(lh_kctx *ctx, const char *fn)
-{
-    return lh_kerr(ctx, LH_E_UNSUPPORTED, "%s on cuda:%d is not implemented yet", fn,
-                   ctx->device.index);
-}
 
 LH_EXPORT lh_status lh_k_moe_route(lh_kctx *ctx, const lh_tensor *logits, const lh_tensor *bias,
                                    const lh_k_moe_route_params *p, int32_t *ids, float *weights)
@@ -61,9 +55,18 @@ LH_EXPORT lh_status lh_k_moe_route(lh_kctx *ctx, const lh_tensor *logits, const 
                        fn, (double)p->renorm_eps, (double)p->scale);
     if (T > 0 && (!ids || !weights))
         return lh_kerr(ctx, LH_E_USAGE, "%s: ids or weights is NULL", fn);
-    if (ctx->cuda)
-        return no_cuda(ctx, fn);
-    return lh_cpu_moe_route(ctx, logits, bias, p, ids, weights);
+    int64_t first = -1, n_bad = 0;
+    const lh_status st = LH_KD_ON_DEVICE(
+        ctx, LH_CUDA(moe_route)(ctx, logits, bias, p, ids, weights, &first, &n_bad),
+        lh_cpu_moe_route(ctx, logits, bias, p, ids, weights, &first, &n_bad));
+    if (st != LH_OK)
+        return st;
+    if (n_bad)
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "%s: row %" PRId64 " of logits %s holds inf or NaN (%" PRId64 " such rows); "
+                       "no expert can be chosen for it",
+                       fn, first, LH_KD_SH(logits), n_bad);
+    return LH_OK;
 }
 
 LH_EXPORT lh_status lh_k_scatter_add_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *rows,
@@ -85,7 +88,6 @@ LH_EXPORT lh_status lh_k_scatter_add_rows(lh_kctx *ctx, const lh_tensor *src, co
                            " is outside dst %s", fn, i, rows[i], LH_KD_SH(dst));
     if (lh_kd_overlaps(dst, src))
         return lh_kerr(ctx, LH_E_USAGE, "%s: dst overlaps src", fn);
-    if (ctx->cuda)
-        return no_cuda(ctx, fn);
-    return lh_cpu_scatter_add_rows(ctx, src, rows, scales, dst);
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(scatter_add_rows)(ctx, src, rows, scales, dst),
+                           lh_cpu_scatter_add_rows(ctx, src, rows, scales, dst));
 }

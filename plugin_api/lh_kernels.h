@@ -672,13 +672,14 @@ LH_EXPORT void lh_k_graph_free(lh_k_graph *g);
  * E, topk_group outside [1, n_group], fewer than top_k experts in topk_group groups, a
  * non-finite or negative renorm_eps or scale, a row of logits holding inf or NaN (named: no
  * expert can be chosen for it; ids and weights then hold no promised contents). On a CUDA
- * context: LH_E_UNSUPPORTED for now (not implemented yet).
+ * context the same selection runs on the device (its expf: weights within f32 rounding of the
+ * CPU's) and the call waits for the results (LH_E_USAGE inside a graph step).
  *
  * lh_k_scatter_add_rows: dst[rows[i]] += scales[i] * src[i] for i < n in i order (src [n, D],
  * dst [R, D], f32; rows and scales host memory; scales NULL: plain sums), each element one f32
  * product then one f32 sum (no fused multiply-add): a destination row named twice accumulates
  * in that order. Errors (LH_E_USAGE): shapes, a row outside [0, R), NULL rows with n > 0,
- * dst overlapping src. On a CUDA context: LH_E_UNSUPPORTED for now (not implemented yet). */
+ * dst overlapping src. On a CUDA context: the same bits (rows and scales staged). */
 #define LH_K_MOE_MAX_EXPERTS 1024
 typedef enum lh_k_moe_scoring { LH_K_MOE_SOFTMAX = 0, LH_K_MOE_SIGMOID = 1 } lh_k_moe_scoring;
 typedef enum lh_k_moe_group_score {

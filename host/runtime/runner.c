@@ -511,18 +511,6 @@ lh_status lh_runner_create(const lh_model *m, const lh_model_provider *prov,
     r->fused_rope = attn->fused_rope;
     r->max_seq_len = max_seq_len;
     r->max_seqs = max_seqs;
-    /* the MoE block's routing and scatter kernels have no CUDA twins yet: refuse before a
-     * byte moves rather than at the first step */
-    const char *moe_name = NULL;
-    if (r->dev.kind == LH_DEVICE_CUDA && lh_model_moe_at(m, 0, &moe_name)) {
-        char dev[32];
-        lh_runner_device_name(r->dev, dev, sizeof dev);
-        lh_status st = lh_err_set(err, LH_E_UNSUPPORTED, "%s: mixture-of-experts blocks (%s and "
-                                  "the others) run on the CPU only in this build, not on %s; use "
-                                  "device: cpu", prov->name, moe_name, dev);
-        lh_runner_free(r);
-        return st;
-    }
     lh_status st = init_weights(r, m, err);
     if (st == LH_OK)
         st = init_attention(r, m, attn, err);
@@ -531,7 +519,12 @@ lh_status lh_runner_create(const lh_model *m, const lh_model_provider *prov,
     if (st == LH_OK)
         st = bind_plugin(r, lh_host_api_table(), cfg, err);
     if (st == LH_OK && attn->cuda_graphs && r->dev.kind == LH_DEVICE_CUDA) {
-        if (!r->kv) {
+        if (r->n_moes > 0) {
+            /* the routing brings each token's experts back to the host, which a captured
+             * step cannot wait for */
+            lh_log(LH_LOG_INFO, "cuda graphs: off for a mixture-of-experts model (the routing "
+                   "waits for the device once per MoE block); decode steps run eagerly");
+        } else if (!r->kv) {
             /* a backend's own KV memory may move (grow) during a step: a graph would replay
              * the old addresses */
             lh_log(LH_LOG_INFO, "cuda graphs: off for this attention backend (it keeps its own "

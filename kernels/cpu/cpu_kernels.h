@@ -338,9 +338,12 @@ static inline float lh_cpu_bias_at(const void *bias, lh_dtype dt, int64_t i)
     }
 }
 
-/* lh_k_moe_route / lh_k_scatter_add_rows (cpu/moe.c; arguments checked) */
+/* lh_k_moe_route / lh_k_scatter_add_rows (cpu/moe.c; arguments checked). route: rows of
+ * logits holding inf or NaN are reported through *bad_first (-1: none) and *bad_n, not
+ * worded (the dispatch does that for both devices). */
 lh_status lh_cpu_moe_route(lh_kctx *ctx, const lh_tensor *logits, const lh_tensor *bias,
-                           const lh_k_moe_route_params *p, int32_t *ids, float *weights);
+                           const lh_k_moe_route_params *p, int32_t *ids, float *weights,
+                           int64_t *bad_first, int64_t *bad_n);
 lh_status lh_cpu_scatter_add_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *rows,
                                   const float *scales, lh_tensor *dst);
 

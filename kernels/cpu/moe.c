@@ -106,9 +106,12 @@ static void route_row(int64_t r, int tid, void *user)
 }
 
 lh_status lh_cpu_moe_route(lh_kctx *ctx, const lh_tensor *logits, const lh_tensor *bias,
-                           const lh_k_moe_route_params *p, int32_t *ids, float *weights)
+                           const lh_k_moe_route_params *p, int32_t *ids, float *weights,
+                           int64_t *bad_first, int64_t *bad_n)
 {
     const int64_t T = logits->shape[0], E = logits->shape[1];
+    *bad_first = -1;
+    *bad_n = 0;
     if (T == 0)
         return LH_OK;
     struct route_job j = {ctx->ops, logits->data, bias ? bias->data : NULL, p, E, ids, weights,
@@ -122,16 +125,10 @@ lh_status lh_cpu_moe_route(lh_kctx *ctx, const lh_tensor *logits, const lh_tenso
     }
     j.stride = lh_cpu_scratch_stride(ctx);
     lh_cpu_parallel(ctx, T, route_row, &j);
-    int64_t first = -1, n_bad = 0;
     for (int64_t r = 0; r < T; r++)
-        if (j.bad[r] && n_bad++ == 0)
-            first = r;
+        if (j.bad[r] && (*bad_n)++ == 0)
+            *bad_first = r;
     free(j.bad);
-    if (n_bad)
-        return lh_kerr(ctx, LH_E_USAGE,
-                       "lh_k_moe_route: row %lld of logits [%lld, %lld] holds inf or NaN (%lld "
-                       "such rows); no expert can be chosen for it",
-                       (long long)first, (long long)T, (long long)E, (long long)n_bad);
     return LH_OK;
 }
 

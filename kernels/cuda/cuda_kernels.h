@@ -125,6 +125,17 @@ lh_status lh_cuda_quantize_scaled(lh_kctx *ctx, const lh_tensor *src, int64_t bl
                                   int64_t block_cols, lh_tensor *w, lh_tensor *scale,
                                   lh_scaled_qfail *fail);
 
+/* ---- mixture of experts (cuda/moe.cu) -------------------------------------------------------- */
+
+/* lh_cpu_moe_route's and lh_cpu_scatter_add_rows' twins (arguments checked; ids, weights,
+ * rows and scales host memory). route waits for its results; rows of logits holding inf or
+ * NaN come back as *bad_first / *bad_n (the dispatch words the error). */
+lh_status lh_cuda_moe_route(lh_kctx *ctx, const lh_tensor *logits, const lh_tensor *bias,
+                            const lh_k_moe_route_params *p, int32_t *ids, float *weights,
+                            int64_t *bad_first, int64_t *bad_n);
+lh_status lh_cuda_scatter_add_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *rows,
+                                   const float *scales, lh_tensor *dst);
+
 /* ---- paged KV cache (cuda/paged_attention.cu, cuda/paged_kv_write.cu) ---------------------- */
 
 /* kv holds device pointers; b holds host arrays (checked). */

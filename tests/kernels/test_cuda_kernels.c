@@ -3188,6 +3188,101 @@ static void test_gpu_scaled(void)
     env_close(&e);
 }
 
+/* lh_k_moe_route and lh_k_scatter_add_rows against the CPU: the same experts chosen, weights
+ * within 8 E 2^-24 relative (the device's expf and sequential sums against the CPU's vector
+ * ones), every option (softmax / sigmoid, bias, both group scores, renormalization, scaling);
+ * the scatter bit for bit; a row with NaN refused with the CPU's message. */
+static void test_gpu_moe(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    static const struct {
+        int64_t E;
+        bool bias;
+        lh_k_moe_route_params p;
+    } cases[] = {
+        {8, false, {.top_k = 2, .scoring = LH_K_MOE_SOFTMAX, .renormalize = true, .scale = 1.0f}},
+        {60, false, {.top_k = 4, .scoring = LH_K_MOE_SOFTMAX, .scale = 1.0f}},
+        {64, false, {.top_k = 6, .scoring = LH_K_MOE_SOFTMAX, .n_group = 8, .topk_group = 3,
+                     .group_score = LH_K_MOE_GROUP_MAX, .scale = 16.0f}},
+        {256, true, {.top_k = 8, .scoring = LH_K_MOE_SIGMOID, .n_group = 8, .topk_group = 4,
+                     .group_score = LH_K_MOE_GROUP_TOP2_SUM, .renormalize = true,
+                     .renorm_eps = 1e-20f, .scale = 2.5f}},
+    };
+    const int64_t T = 300; /* more rows than a thread block */
+    kt_seed(1801);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t E = cases[c].E, K = cases[c].p.top_k;
+        float *lg = xcalloc((size_t)(T * E), sizeof(float)), *bias = xcalloc((size_t)E, sizeof(float));
+        fill_uniform(lg, T * E, 4.0f);
+        fill_uniform(bias, E, 0.2f);
+        int32_t *ic = xcalloc((size_t)(T * K), sizeof(int32_t)), *ig = xcalloc((size_t)(T * K), sizeof(int32_t));
+        float *wc = xcalloc((size_t)(T * K), sizeof(float)), *wg = xcalloc((size_t)(T * K), sizeof(float));
+        void *dl = dput(&e, LH_DTYPE_F32, lg, T * E), *db = dput(&e, LH_DTYPE_F32, bias, E);
+        lh_tensor hl = kt_t2(LH_DTYPE_F32, lg, T, E), hb = kt_t1(LH_DTYPE_F32, bias, E);
+        lh_tensor gl = on_gpu(kt_t2(LH_DTYPE_F32, dl, T, E)), gb = on_gpu(kt_t1(LH_DTYPE_F32, db, E));
+        char what[96];
+        snprintf(what, sizeof what, "moe_route case %zu: ids", c);
+        if (OK(e.c, lh_k_moe_route(e.c, &hl, cases[c].bias ? &hb : NULL, &cases[c].p, ic, wc)) &&
+            OK(e.g, lh_k_moe_route(e.g, &gl, cases[c].bias ? &gb : NULL, &cases[c].p, ig, wg))) {
+            CMP_IDS(what, ig, ic, T * K);
+            snprintf(what, sizeof what, "moe_route case %zu: weights", c);
+            CMP(what, wg, wc, T * K, 1e-30, 8.0 * (double)E * 0x1p-24, NULL);
+        }
+        env_drop(&e);
+        free(lg);
+        free(bias);
+        free(ic);
+        free(ig);
+        free(wc);
+        free(wg);
+    }
+    /* a NaN row: the CPU's message */
+    {
+        float lg[4 * 8];
+        fill_uniform(lg, 32, 1.0f);
+        lg[2 * 8 + 3] = NAN;
+        int32_t ids[8];
+        float w[8];
+        void *dl = dput(&e, LH_DTYPE_F32, lg, 32);
+        lh_tensor hl = kt_t2(LH_DTYPE_F32, lg, 4, 8), gl = on_gpu(kt_t2(LH_DTYPE_F32, dl, 4, 8));
+        const lh_k_moe_route_params p = {.top_k = 2, .scoring = LH_K_MOE_SOFTMAX, .scale = 1.0f};
+        const lh_status sc = lh_k_moe_route(e.c, &hl, NULL, &p, ids, w);
+        const lh_status sg = lh_k_moe_route(e.g, &gl, NULL, &p, ids, w);
+        if (sc != LH_E_USAGE || sg != LH_E_USAGE ||
+            strcmp(lh_k_last_error(e.c), lh_k_last_error(e.g)) != 0)
+            FAILF("moe_route NaN row: cpu %d \"%s\", device %d \"%s\"", (int)sc,
+                  lh_k_last_error(e.c), (int)sg, lh_k_last_error(e.g));
+        compared++;
+        env_drop(&e);
+    }
+    /* scatter: repeated rows, with and without scales */
+    const int64_t n = 9, R = 4, D = 300;
+    static const int64_t rows[9] = {2, 0, 2, 3, 2, 1, 0, 3, 2};
+    float sc[9], *src = xcalloc((size_t)(n * D), sizeof(float));
+    float *yc = xcalloc((size_t)(R * D), sizeof(float)), *yg = xcalloc((size_t)(R * D), sizeof(float));
+    fill_uniform(src, n * D, 1.0f);
+    fill_uniform(sc, 9, 1.0f);
+    for (int s = 0; s < 2; s++) {
+        fill_uniform(yc, R * D, 1.0f);
+        void *ds = dput(&e, LH_DTYPE_F32, src, n * D), *dy = dput(&e, LH_DTYPE_F32, yc, R * D);
+        lh_tensor hs = kt_t2(LH_DTYPE_F32, src, n, D), hy = kt_t2(LH_DTYPE_F32, yc, R, D);
+        lh_tensor gs = on_gpu(kt_t2(LH_DTYPE_F32, ds, n, D)), gy = on_gpu(kt_t2(LH_DTYPE_F32, dy, R, D));
+        if (OK(e.c, lh_k_scatter_add_rows(e.c, &hs, rows, s ? NULL : sc, &hy)) &&
+            OK(e.g, lh_k_scatter_add_rows(e.g, &gs, rows, s ? NULL : sc, &gy)) &&
+            dget(&e, LH_DTYPE_F32, yg, dy, R * D))
+            CMP_BITS(s ? "scatter_add_rows, no scales" : "scatter_add_rows, scaled",
+                     LH_DTYPE_F32, yg, yc, R * D);
+        env_drop(&e);
+    }
+    free(src);
+    free(yc);
+    free(yg);
+    env_close(&e);
+}
+
 static CU_TestInfo nogpu_tests[] = {
     {"device count 0 comes with a reason", test_reason_when_unavailable},
     {"a CUDA context without a device is refused, naming cuda and the reason",
@@ -3234,6 +3329,7 @@ static CU_TestInfo gpu_tests[] = {
      test_gpu_block_types},
     {"weights with scale tensors: quantize, dequantize, matmul (int8 / int4 / fp8)",
      test_gpu_scaled},
+    {"moe: route (every option) and scatter_add_rows", test_gpu_moe},
     CU_TEST_INFO_NULL,
 };
 

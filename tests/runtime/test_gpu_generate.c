@@ -52,6 +52,7 @@ typedef struct fixture {
     char dir[1024];
     char name[256];
     bool bf16;
+    bool moe; /* a mixture of experts: its decode steps are never captured */
     size_t n_prompts;
     int32_t *prompts[MAX_PROMPTS];
     int64_t lens[MAX_PROMPTS];
@@ -75,6 +76,8 @@ static bool fixture_load(const char *dir, const char *name, fixture *f)
         return false;
     const char *dtype = json_string_value(json_object_get(ref, "dtype"));
     f->bf16 = dtype && strstr(dtype, "bfloat16");
+    const char *arch = json_string_value(json_object_get(ref, "architecture"));
+    f->moe = arch && (strstr(arch, "Moe") || strstr(arch, "Mixtral"));
     json_t *prompts = json_object_get(ref, "prompts");
     size_t n = json_array_size(prompts);
     for (size_t i = 0; i < n && f->n_prompts < MAX_PROMPTS; i++) {
@@ -231,7 +234,7 @@ static void compare_backend(const fixture *f, const char *backend)
         }
         int64_t captures = -1, replays = -1;
         lh_engine_graph_counts(gpu, &captures, &replays);
-        if (graphs && strcmp(backend, "paged") == 0) {
+        if (graphs && strcmp(backend, "paged") == 0 && !f->moe) {
             CU_ASSERT(captures >= 1);
             CU_ASSERT(replays >= 1);
         } else {

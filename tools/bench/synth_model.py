@@ -3,7 +3,12 @@
 (`llmhost bench`), with the Python standard library only, so it runs on a machine without
 network access or numpy (the GPU machine).
 
-    synth_model.py OUT_DIR [--shape llama-3.2-1b|llama-3.1-8b|smollm2-135m] [--seed N]
+    synth_model.py OUT_DIR [--shape llama-3.2-1b|llama-3.1-8b|smollm2-135m|qwen3-moe-16l]
+                   [--seed N]
+
+qwen3-moe-16l is Qwen3-30B-A3B's design scaled to fit a small machine (Qwen3MoeForCausalLM:
+16 layers, 64 experts of 384, top 8, hidden 1024, its vocabulary): 1.46 G parameters, 0.33 G
+active per token.
 
 Only the shapes matter for speed: the values are bf16 draws of a normal distribution with
 std 0.02 (norm weights 1.0), written as a pseudo-random pattern of 1 MiB that each tensor
@@ -29,6 +34,13 @@ SHAPES = {
                          num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                          vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0,
                          tie_word_embeddings=False),
+    "qwen3-moe-16l": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=16,
+                          num_attention_heads=16, num_key_value_heads=4, head_dim=64,
+                          vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0,
+                          tie_word_embeddings=False, moe=dict(num_experts=64,
+                                                              num_experts_per_tok=8,
+                                                              moe_intermediate_size=384,
+                                                              norm_topk_prob=True)),
 }
 
 PATTERN_BYTES = 1 << 20
@@ -53,6 +65,17 @@ def tensors(c):
         yield p + "self_attn.k_proj.weight", (kv, h), False
         yield p + "self_attn.v_proj.weight", (kv, h), False
         yield p + "self_attn.o_proj.weight", (h, q), False
+        moe = c.get("moe")
+        if moe:
+            yield p + "self_attn.q_norm.weight", (c["head_dim"],), True
+            yield p + "self_attn.k_norm.weight", (c["head_dim"],), True
+            yield p + "mlp.gate.weight", (moe["num_experts"], h), False
+            mi = moe["moe_intermediate_size"]
+            for e in range(moe["num_experts"]):
+                yield p + f"mlp.experts.{e}.gate_proj.weight", (mi, h), False
+                yield p + f"mlp.experts.{e}.up_proj.weight", (mi, h), False
+                yield p + f"mlp.experts.{e}.down_proj.weight", (h, mi), False
+            continue
         yield p + "mlp.gate_proj.weight", (i, h), False
         yield p + "mlp.up_proj.weight", (i, h), False
         yield p + "mlp.down_proj.weight", (h, i), False
@@ -114,6 +137,9 @@ def main():
                              "vocab_size", "max_position_embeddings", "tie_word_embeddings")},
         "rope_theta": c["rope_theta"],
     }
+    if c.get("moe"):
+        config.update(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
+                      decoder_sparse_step=1, mlp_only_layers=[], **c["moe"])
     with open(os.path.join(a.out, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)
     print(f"{a.out}: {a.shape}, {offset / 1e9:.2f} GB of bf16 weights")
