@@ -59,12 +59,18 @@ typedef enum lh_gguf_layout {
      * subtracts 1, F32 tensors only (exact for stored values in [0.5, 2]). */
     LH_GGUF_PLUS_ONE = 3,
     /* A tensor the model does not use: bound to nothing, counted as ignored. */
-    LH_GGUF_IGNORE = 4
+    LH_GGUF_IGNORE = 4,
+    /* Stacked experts (llama.cpp's blk.N.ffn_{gate,up,down}_exps): a 3-D tensor [n_experts,
+     * rows, cols] whose expert e is the tree's 2-D parameter named with "{E}" replaced by e
+     * (e.g. "model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight"); each expert is bound
+     * in place (its rows are contiguous in the file), in whatever type the file has. */
+    LH_GGUF_EXPERTS = 5
 } lh_gguf_layout;
 
 typedef struct lh_gguf_tensor_name {
     const char *gguf; /* "blk.{L}.attn_q.weight"; at most one "{L}" */
-    const char *name; /* "model.layers.{L}.self_attn.q_proj.weight"; NULL with LH_GGUF_IGNORE */
+    const char *name; /* "model.layers.{L}.self_attn.q_proj.weight"; NULL with LH_GGUF_IGNORE;
+                         with LH_GGUF_EXPERTS exactly one "{E}" as well */
     lh_gguf_layout layout;
 } lh_gguf_tensor_name;
 

@@ -62,7 +62,12 @@ FIXTURES = [
      {"query_pre_attn_scalar": 16, "tie_word_embeddings": True}),
     ("gemma3-f32", "gemma3-f32", "gemma3", Q.F32,
      {"tie_word_embeddings": True, "layer_types": None}),
+    # Mixtral: a "llama" file with llama.expert_count, each layer's experts stacked into
+    # blk.N.ffn_{gate,up,down}_exps [experts, rows, cols] and the router as ffn_gate_inp
+    ("mixtral-f32", "mixtral-f32", "llama", Q.F32, {}),
+    ("mixtral-q8_0", "mixtral-f32", "llama", Q.Q8_0, {}),
 ]
+EXPERT_NAMES = {"w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
 
 GEMMA_LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
@@ -95,6 +100,7 @@ LAYER_NAMES = {
     "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+    "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
 }
 TOP_NAMES = {
     "model.embed_tokens.weight": "token_embd.weight",
@@ -170,6 +176,9 @@ def write_fixture(out: Path, name: str, src: str, arch: str, qtype) -> None:
         # llama.cpp's stop ids: generation ends at eos and at the end of a turn (eot)
         w.add_eos_token_id(3)
         w.add_eot_token_id(7)
+    if cfg.get("num_local_experts"):
+        w.add_expert_count(cfg["num_local_experts"])
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
     if gemma:
         if cfg.get("attn_logit_softcapping"):
             w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
@@ -177,9 +186,22 @@ def write_fixture(out: Path, name: str, src: str, arch: str, qtype) -> None:
             w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
         w.add_sliding_window(cfg["sliding_window"])
     tied = cfg.get("tie_word_embeddings", False) or gemma
+
+    def put(gname, a):
+        if a.ndim == 1 or qtype == Q.F32:
+            w.add_tensor(gname, np.ascontiguousarray(a, dtype=np.float32))
+        else:
+            w.add_tensor(gname, gguf.quants.quantize(np.ascontiguousarray(a), qtype),
+                         raw_dtype=qtype)
+
+    experts = {}  # (layer, w1/w2/w3) -> {expert: array}
     for tname in sorted(tensors):
         if tied and tname == "lm_head.weight":
             continue  # the converter writes the tied head once, as token_embd
+        parts = tname.split(".")
+        if len(parts) == 8 and parts[3:5] == ["block_sparse_moe", "experts"]:
+            experts.setdefault((int(parts[2]), parts[6]), {})[int(parts[5])] = tensors[tname]
+            continue
         a = tensors[tname]
         if arch == "llama" and ".q_proj." in tname:
             a = permute(a, n_head)
@@ -187,11 +209,10 @@ def write_fixture(out: Path, name: str, src: str, arch: str, qtype) -> None:
             a = permute(a, n_kv)
         if gemma and tname.endswith("norm.weight"):
             a = a + np.float32(1.0)  # Gemma's norms are stored as 1 + w (llama.cpp: x * w)
-        if a.ndim == 1 or qtype == Q.F32:
-            w.add_tensor(gguf_name(tname, gemma), np.ascontiguousarray(a, dtype=np.float32))
-        else:
-            w.add_tensor(gguf_name(tname, gemma),
-                         gguf.quants.quantize(np.ascontiguousarray(a), qtype), raw_dtype=qtype)
+        put(gguf_name(tname, gemma), a)
+    for (layer, wn), by_expert in sorted(experts.items()):
+        stacked = np.stack([by_expert[e] for e in range(len(by_expert))])
+        put(f"blk.{layer}.{EXPERT_NAMES[wn]}.weight", stacked)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -239,6 +260,16 @@ def write_bad(out: Path) -> None:
     # llama3 RoPE factors (Llama 3.1's rope_freqs.weight), which the family does not implement
     w = small("bad-rope-freqs", "llama")
     w.add_tensor("rope_freqs.weight", np.ones(8, np.float32))
+    finish(w)
+    # stacked experts that are not 3-D
+    w = small("bad-experts-2d", "llama")
+    w.add_expert_count(2)
+    w.add_expert_used_count(1)
+    w.add_tensor("blk.0.ffn_gate_exps.weight", np.zeros((64, 32), np.float32))
+    finish(w)
+    # experts in a file of another architecture (qwen3moe-style keys on a qwen3 file)
+    w = small("bad-experts-arch", "qwen3")
+    w.add_expert_count(4)
     finish(w)
     # a ggml type this build does not read (Q2_K: 256 elements in 84 bytes)
     w = small("bad-ggml-type", "llama")

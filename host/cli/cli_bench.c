@@ -63,7 +63,8 @@ static const char bench_help[] =
     "  ms/step       = time of the decode steps / (STEPS-1), in milliseconds\n"
     "(decode figures are '-' / null when STEPS is 1). On a CUDA device two more columns: the\n"
     "memory-bandwidth bound of decode and the share of it reached:\n"
-    "  bytes/step  = weight bytes read + batch x (context + STEPS/2) x KV bytes per token\n"
+    "  bytes/step  = weight bytes read + batch x (context + STEPS/2) x KV bytes per token (a\n"
+"                mixture of experts: the experts B tokens choose, if they choose uniformly)\n"
     "  bound tok/s = batch x peak bandwidth / bytes/step   (an untied embedding is not read)\n"
     "One engine serves every cell; unless the run config sets them, max_seq_len is the longest\n"
     "context + STEPS - 1 and max_batch_size the largest batch. Without --max-seq-len (or\n"
@@ -173,8 +174,9 @@ typedef struct bench_cell {
 /* What the bandwidth bound needs, from explain; bandwidth_gbs 0 off CUDA. */
 typedef struct bench_roofline {
     double bandwidth_gbs;
-    double weight_bytes; /* read by one decode step */
+    double weight_bytes; /* read by one decode step (every routed expert counted) */
     double kv_bytes_per_token;
+    double routed_bytes, routed_share; /* MoE: the routed experts' bytes, top_k / n_experts */
 } bench_roofline;
 
 static bench_roofline roofline_from_plan(const json_t *plan)
@@ -191,6 +193,8 @@ static bench_roofline roofline_from_plan(const json_t *plan)
     /* an untied embedding is gathered (B rows), not read; a tied one is the output layer */
     if (head > 0 && emb <= r.weight_bytes)
         r.weight_bytes -= emb;
+    r.routed_bytes = (double)json_integer_value(json_object_get(plan, "routed_expert_bytes"));
+    r.routed_share = json_number_value(json_object_get(plan, "routed_share"));
     r.kv_bytes_per_token = (double)json_integer_value(
         json_object_get(json_object_get(attn, "kv_cache"), "bytes_per_token"));
     const char *kind = json_string_value(json_object_get(dev, "kind"));
@@ -207,7 +211,11 @@ static void roofline_cell(const bench_roofline *r, const bench_cell *c, int64_t 
     *bytes = *bound = NAN;
     if (!(r->bandwidth_gbs > 0) || steps < 2)
         return;
-    *bytes = r->weight_bytes +
+    /* MoE: a step reads the experts its tokens chose; with B tokens choosing top_k of n
+     * independently and uniformly, an expert is read with probability 1 - (1 - k/n)^B */
+    const double routed =
+        r->routed_bytes * (1.0 - pow(1.0 - r->routed_share, (double)c->batch));
+    *bytes = r->weight_bytes - r->routed_bytes + routed +
              (double)c->batch * ((double)c->context + (double)steps / 2.0) * r->kv_bytes_per_token;
     if (*bytes > 0)
         *bound = (double)c->batch * r->bandwidth_gbs * 1e9 / *bytes;

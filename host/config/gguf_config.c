@@ -364,8 +364,12 @@ static lh_status copy_keys(const lh_gguf_provider *p, const lh_gguf_source *src,
 static lh_status add_common(const lh_gguf_provider *p, const lh_gguf_source *src,
                             lh_gguf_config *c, lh_err *err)
 {
-    json_t *archs = json_pack("[s]", p->architecture);
-    if (!archs || json_object_set_new(c->root, "architectures", archs) != 0)
+    /* the provider's architecture, unless its finish named another of its plugin (llama
+     * files with experts are Mixtral) */
+    json_t *archs = json_object_get(c->root, "architectures") ? NULL
+                                                               : json_pack("[s]", p->architecture);
+    if (!json_object_get(c->root, "architectures") &&
+        (!archs || json_object_set_new(c->root, "architectures", archs) != 0))
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
     const lh_gguf_kv *toks = lh_gguf_find(src->f, "tokenizer.ggml.tokens");
     if (!json_object_get(c->root, "vocab_size") && toks && toks->value.type == LH_GGUF_ARRAY &&

@@ -32,16 +32,17 @@ static int classify(const lh_module *x)
     }
 }
 
-/* parameters of x and every module under it (tied ones on their source, scales not at all) */
-static int64_t subtree_parameters(const lh_module *x)
+/* parameters (scales not counted) and bytes (scales counted) of x and every module under it,
+ * tied ones on their source */
+static void subtree_sizes(const lh_module *x, int64_t *params, int64_t *bytes)
 {
-    int64_t n = 0;
     for (const lh_param *p = x->params; p; p = p->next)
-        if (!p->tied_to && !p->is_scale)
-            n += p->numel;
+        if (!p->tied_to) {
+            *params += p->is_scale ? 0 : p->numel;
+            *bytes += p->bytes;
+        }
     for (const lh_module *c = x->first_child; c; c = c->next_sibling)
-        n += subtree_parameters(c);
-    return n;
+        subtree_sizes(c, params, bytes);
 }
 
 lh_status lh_model_plan(const lh_model *m, lh_memory_plan *out, lh_err *err)
@@ -78,9 +79,14 @@ lh_status lh_model_plan(const lh_model *m, lh_memory_plan *out, lh_err *err)
     for (const lh_module *x = b->root; x; x = lh_tree_next(x)) {
         if (x->kind != LH_MOD_EXPERTS)
             continue;
-        const int64_t total = subtree_parameters(x);
+        int64_t total = 0, bytes = 0;
+        subtree_sizes(x, &total, &bytes);
         const int64_t per = total / x->moe->n_experts;
         out->active_parameters -= per * (x->moe->n_experts - x->moe->route.top_k);
+        out->routed_expert_bytes += bytes;
+        const double share = (double)x->moe->route.top_k / (double)x->moe->n_experts;
+        if (share > out->routed_share)
+            out->routed_share = share;
     }
     for (size_t i = 0; i < b->n_attn; i++)
         if (!lh_tree_add(out->kv_bytes_per_token, b->attn[i].module->kv_bytes_per_token,
@@ -148,6 +154,8 @@ json_t *lh_model_plan_json(const lh_model *m, const lh_memory_plan *plan)
     json_decref(types);
     ok = ok && put(o, "parameters", json_integer(plan->parameters)) &&
          put(o, "active_parameters", json_integer(plan->active_parameters)) &&
+         put(o, "routed_expert_bytes", json_integer(plan->routed_expert_bytes)) &&
+         put(o, "routed_share", json_real(plan->routed_share)) &&
          put(o, "weight_bytes", json_integer(plan->weight_bytes)) &&
          put(o, "weight_dtype", dt ? json_string(dt) : json_null()) &&
          put(o, "kv_bytes_per_token", json_integer(plan->kv_bytes_per_token)) &&

@@ -52,6 +52,8 @@ typedef struct lh_plan_group {
 typedef struct lh_memory_plan {
     int64_t parameters;          /* tied weights once; quantization scales not counted */
     int64_t active_parameters;   /* per token: routed experts count top_k / n_experts */
+    int64_t routed_expert_bytes; /* every routed expert's weights (MoE blocks) */
+    double routed_share;         /* top_k / n_experts of those blocks (the largest; 0: none) */
     int64_t weight_bytes;        /* after the quant config */
     lh_dtype weight_dtype;
     int64_t kv_bytes_per_token;  /* sum over attention layers; MLA uses the latent width */

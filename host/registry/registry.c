@@ -506,8 +506,13 @@ static const char *gguf_provider_problem(const lh_gguf_provider *p)
         const lh_gguf_tensor_name *t = &p->tensors[i];
         if (empty(t->gguf) || (t->layout != LH_GGUF_IGNORE && empty(t->name)))
             return "a GGUF name and (unless LH_GGUF_IGNORE) a tree name in every tensor entry";
-        if ((unsigned)t->layout > LH_GGUF_IGNORE)
+        if ((unsigned)t->layout > LH_GGUF_EXPERTS)
             return "a known lh_gguf_layout in every tensor entry";
+        const char *ex = t->name ? strstr(t->name, "{E}") : NULL;
+        if ((t->layout == LH_GGUF_EXPERTS) != (ex != NULL) || (ex && strstr(ex + 3, "{E}")) ||
+            strstr(t->gguf, "{E}"))
+            return "one \"{E}\" in the tree name of an LH_GGUF_EXPERTS entry, and none "
+                   "elsewhere";
         const bool in_gguf = strstr(t->gguf, "{L}") != NULL;
         const bool in_name = t->name && strstr(t->name, "{L}") != NULL;
         if (!layer_pattern_ok(t->gguf) || (t->name && !layer_pattern_ok(t->name)) ||

@@ -54,15 +54,19 @@ static bool match(const char *pattern, const char *name, long long *layer)
     return true;
 }
 
-static char *expand(const char *pattern, long long layer)
+/* pattern with "{L}" -> layer, and "{E}" -> expert (expert < 0: no "{E}" in pattern) */
+static char *expand(const char *pattern, long long layer, long long expert)
 {
-    const char *at = strstr(pattern, "{L}");
     lh_strbuf b = {0};
-    if (at)
-        lh_strbuf_printf(&b, "%.*s%lld%s", (int)(at - pattern), pattern, layer, at + 3);
-    else
-        lh_strbuf_printf(&b, "%s", pattern);
-    if (b.oom) {
+    for (const char *p = pattern; *p;) {
+        if (strncmp(p, "{L}", 3) == 0 || (expert >= 0 && strncmp(p, "{E}", 3) == 0)) {
+            lh_strbuf_printf(&b, "%lld", p[1] == 'L' ? layer : expert);
+            p += 3;
+        } else {
+            lh_strbuf_printf(&b, "%c", *p++);
+        }
+    }
+    if (b.oom || !b.s) {
         free(b.s);
         return NULL;
     }
@@ -137,13 +141,27 @@ lh_status lh_checkpoint_open_gguf(const lh_model_config *cfg, lh_checkpoint **ou
     if (!cfg || !cfg->gguf || !cfg->gguf_provider)
         return lh_err_set(err, LH_E_USAGE, "lh_checkpoint_open_gguf: not a GGUF model config");
     const lh_gguf_file *f = cfg->gguf;
-    const size_t n = lh_gguf_tensor_count(f);
+    const size_t n_file = lh_gguf_tensor_count(f);
+    /* stacked experts become one checkpoint tensor per expert */
+    size_t n = n_file;
+    for (size_t i = 0; i < n_file; i++) {
+        const lh_gguf_tensor *g = lh_gguf_tensor_at(f, i);
+        long long layer;
+        const lh_gguf_tensor_name *e = find_entry(cfg->gguf_provider, g->name, &layer);
+        if (e && e->layout == LH_GGUF_EXPERTS) {
+            if (g->n_dims != 3 || g->dims[2] < 1)
+                return lh_err_set(err, LH_E_CONFIG, "%s: tensor '%s' holds stacked experts and "
+                                  "must be 3-D [experts, rows, cols], not %u-D", cfg->path,
+                                  g->name, (unsigned)g->n_dims);
+            n += (size_t)g->dims[2] - 1;
+        }
+    }
     lh_st_tensor *ts = calloc(n ? n : 1, sizeof *ts);
     if (!ts)
         return lh_err_set(err, LH_E_NOMEM, "%s: out of memory", cfg->path);
     size_t used = 0, ignored = 0;
     lh_status st = LH_OK;
-    for (size_t i = 0; i < n && st == LH_OK; i++) {
+    for (size_t i = 0; i < n_file && st == LH_OK; i++) {
         const lh_gguf_tensor *g = lh_gguf_tensor_at(f, i);
         long long layer;
         const lh_gguf_tensor_name *e = find_entry(cfg->gguf_provider, g->name, &layer);
@@ -157,7 +175,33 @@ lh_status lh_checkpoint_open_gguf(const lh_model_config *cfg, lh_checkpoint **ou
             ignored++;
             continue;
         }
-        char *name = expand(e->name, layer);
+        if (e->layout == LH_GGUF_EXPERTS) {
+            /* expert x: the x-th of dims[2] equal slices, [dims[1], dims[0]] each */
+            const int64_t n_ex = (int64_t)g->dims[2];
+            for (int64_t x = 0; x < n_ex && st == LH_OK; x++) {
+                char *name = expand(e->name, layer, x);
+                if (!name) {
+                    st = lh_err_set(err, LH_E_NOMEM, "%s: out of memory", cfg->path);
+                    break;
+                }
+                st = fill(cfg, g, name, LH_GGUF_AS_STORED, &ts[used], err);
+                lh_st_tensor *t = &ts[used++];
+                if (st != LH_OK)
+                    break;
+                const uint64_t bytes = g->size / (uint64_t)n_ex;
+                t->ndim = 2;
+                t->shape[0] = (int64_t)g->dims[1];
+                t->shape[1] = (int64_t)g->dims[0];
+                t->shape[2] = 0;
+                t->numel = g->n_elements / n_ex;
+                t->begin = g->offset + (uint64_t)x * bytes;
+                t->end = t->begin + bytes;
+                t->data = g->size ? (const void *)((const unsigned char *)g->data + (uint64_t)x * bytes)
+                                  : NULL;
+            }
+            continue;
+        }
+        char *name = expand(e->name, layer, -1);
         if (!name) {
             st = lh_err_set(err, LH_E_NOMEM, "%s: out of memory", cfg->path);
             break;

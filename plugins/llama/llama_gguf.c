@@ -7,9 +7,14 @@
 #include "llama_family.h"
 
 #include <stdio.h>
+#include <string.h>
 
 
-const lh_gguf_key llama_gguf_keys[] = {LH_GGUF_COMMON_KEYS};
+const lh_gguf_key llama_gguf_keys[] = {
+    LH_GGUF_COMMON_KEYS,
+    {"num_local_experts", "{arch}.expert_count", 0},
+    {"num_experts_per_tok", "{arch}.expert_used_count", 0},
+};
 const size_t llama_gguf_n_keys = sizeof llama_gguf_keys / sizeof llama_gguf_keys[0];
 
 #define LAYER(g, n, layout) {"blk.{L}." g, "model.layers.{L}." n, layout}
@@ -29,6 +34,11 @@ const size_t llama_gguf_n_keys = sizeof llama_gguf_keys / sizeof llama_gguf_keys
 
 const lh_gguf_tensor_name llama_gguf_tensors_permuted[] = {
     COMMON_TENSORS,
+    /* Mixtral: "llama" files with expert_count, the experts stacked per layer */
+    LAYER("ffn_gate_inp.weight", "block_sparse_moe.gate.weight", LH_GGUF_AS_STORED),
+    LAYER("ffn_gate_exps.weight", "block_sparse_moe.experts.{E}.w1.weight", LH_GGUF_EXPERTS),
+    LAYER("ffn_up_exps.weight", "block_sparse_moe.experts.{E}.w3.weight", LH_GGUF_EXPERTS),
+    LAYER("ffn_down_exps.weight", "block_sparse_moe.experts.{E}.w2.weight", LH_GGUF_EXPERTS),
     LAYER("attn_q.weight", "self_attn.q_proj.weight", LH_GGUF_ROPE_ROWS_Q),
     LAYER("attn_q.bias", "self_attn.q_proj.bias", LH_GGUF_ROPE_ROWS_Q),
     LAYER("attn_k.weight", "self_attn.k_proj.weight", LH_GGUF_ROPE_ROWS_K),
@@ -69,8 +79,20 @@ lh_status llama_gguf_finish(const lh_host_api *api, const lh_gguf_source *src, l
                                 "rotary embeddings are not part of this family", key,
                                 (long long)rot, (long long)hd);
     }
-    /* transformers' model_type is llama.cpp's architecture name for every member */
-    lh_status st = api->config_set_string(c, "model_type", api->gguf_arch(src));
+    /* llama.cpp writes Mixtral as a "llama" file with experts */
+    int64_t n_exp = 0;
+    snprintf(key, sizeof key, "%s.expert_count", api->gguf_arch(src));
+    const bool moe = api->gguf_get_int(src, key, &n_exp) == 1 && n_exp > 0;
+    if (moe && strcmp(api->gguf_arch(src), "llama") != 0)
+        return lh_error_set(err, LH_E_UNSUPPORTED, "%s = %lld: experts in '%s' files are not "
+                            "supported yet (llama files with experts are read as Mixtral)", key,
+                            (long long)n_exp, api->gguf_arch(src));
+    lh_status st = moe ? api->config_set_json(c, "architectures", "[\"MixtralForCausalLM\"]")
+                       : LH_OK;
+    /* transformers' model_type is llama.cpp's architecture name for every member (Mixtral's
+     * is its own) */
+    if (st == LH_OK)
+        st = api->config_set_string(c, "model_type", moe ? "mixtral" : api->gguf_arch(src));
     if (st == LH_OK)
         st = api->config_set_string(c, "hidden_act", "silu");
     /* llama.cpp's converter leaves output.weight out when the head is tied */

@@ -1542,6 +1542,8 @@ static void test_plugin_llama(void)
     CU_ASSERT_EQUAL(build_provider(&api, mixtral, "mixtral-8x7b", MIXTRAL_8X7B, &p), LH_OK);
     CU_ASSERT_EQUAL(p.parameters, INT64_C(46702792704));
     CU_ASSERT_EQUAL(p.active_parameters, INT64_C(12879925248));
+    CU_ASSERT_EQUAL(p.routed_expert_bytes, INT64_C(2) * 32 * 8 * 3 * 4096 * 14336); /* bf16 */
+    CU_ASSERT_EQUAL(p.routed_share, 0.25);
     CU_ASSERT_EQUAL(group(&p, "mlp", false), INT64_C(32) * (8 * 3 * 4096 * 14336 + 8 * 4096));
     /* a provider that runs the model: the whole vtable, not only the tree */
     CU_ASSERT_PTR_NOT_NULL_FATAL(llama->ops);
