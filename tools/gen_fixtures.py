@@ -275,6 +275,25 @@ MODELS += [
                 "top 8 of 16 experts (32 wide), weights renormalized (norm_topk_prob); Qwen3 "
                 "attention (q/k norm, head_dim 32, GQA 4/2), float32."),
 ]
+# Every layer sparse, as llama.cpp's qwen2moe / qwen3moe GGUF files are (the sources of the
+# GGUF fixtures of those architectures, tools/gen_gguf_fixtures.py).
+MODELS += [
+    dict(name="qwen2moe-sparse-f32", model_type="qwen2_moe", dtype="float32", seed=1025,
+         config=dict(num_key_value_heads=2, num_experts=8, num_experts_per_tok=4,
+                     moe_intermediate_size=32, shared_expert_intermediate_size=96,
+                     norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[]),
+         covers="Qwen2-MoE with every layer sparse (the source of the qwen2moe GGUF fixture): "
+                "top 4 of 8 experts (32 wide), not renormalized, a 96-wide shared expert "
+                "behind its sigmoid gate; q/k/v bias, GQA 4/2, float32."),
+    dict(name="qwen3moe-sparse-f32", model_type="qwen3_moe", dtype="float32", seed=1026,
+         config=dict(head_dim=32, num_key_value_heads=2, num_experts=16, num_experts_per_tok=4,
+                     moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+                     mlp_only_layers=[],
+                     rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+         covers="Qwen3-MoE with every layer sparse (the source of the qwen3moe GGUF fixture): "
+                "top 4 of 16 experts (32 wide), renormalized; q/k norm, head_dim 32, GQA 4/2, "
+                "float32."),
+]
 # Minimum gap between the top_k-th and the next router score at every routed token: below it
 # a last-bit difference could pick another expert.
 MOE_MIN_ROUTER_GAP = 1e-4

@@ -66,8 +66,14 @@ FIXTURES = [
     # blk.N.ffn_{gate,up,down}_exps [experts, rows, cols] and the router as ffn_gate_inp
     ("mixtral-f32", "mixtral-f32", "llama", Q.F32, {}),
     ("mixtral-q8_0", "mixtral-f32", "llama", Q.Q8_0, {}),
+    # llama.cpp's qwen2moe / qwen3moe files: every layer sparse, experts stacked under
+    # ffn_*_exps, qwen2moe's shared expert as ffn_*_shexp with its gate ffn_gate_inp_shexp
+    ("qwen2moe-f32", "qwen2moe-sparse-f32", "qwen2moe", Q.F32, {}),
+    ("qwen3moe-q8_0", "qwen3moe-sparse-f32", "qwen3moe", Q.Q8_0, {}),
 ]
-EXPERT_NAMES = {"w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
+EXPERT_NAMES = {"w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps",
+                "gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps",
+                "down_proj": "ffn_down_exps"}
 
 GEMMA_LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
@@ -101,6 +107,11 @@ LAYER_NAMES = {
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
     "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
 }
 TOP_NAMES = {
     "model.embed_tokens.weight": "token_embd.weight",
@@ -176,9 +187,14 @@ def write_fixture(out: Path, name: str, src: str, arch: str, qtype) -> None:
         # llama.cpp's stop ids: generation ends at eos and at the end of a turn (eot)
         w.add_eos_token_id(3)
         w.add_eot_token_id(7)
-    if cfg.get("num_local_experts"):
-        w.add_expert_count(cfg["num_local_experts"])
+    n_experts = cfg.get("num_local_experts") or cfg.get("num_experts")
+    if n_experts:
+        w.add_expert_count(n_experts)
         w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if cfg.get("moe_intermediate_size"):
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if cfg.get("shared_expert_intermediate_size"):
+        w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
     if gemma:
         if cfg.get("attn_logit_softcapping"):
             w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
@@ -199,7 +215,8 @@ def write_fixture(out: Path, name: str, src: str, arch: str, qtype) -> None:
         if tied and tname == "lm_head.weight":
             continue  # the converter writes the tied head once, as token_embd
         parts = tname.split(".")
-        if len(parts) == 8 and parts[3:5] == ["block_sparse_moe", "experts"]:
+        if len(parts) == 8 and parts[3:5] in (["block_sparse_moe", "experts"],
+                                              ["mlp", "experts"]):
             experts.setdefault((int(parts[2]), parts[6]), {})[int(parts[5])] = tensors[tname]
             continue
         a = tensors[tname]

@@ -245,8 +245,12 @@ lh_module *lh_build_add_moe(lh_build *b, lh_module *parent, const char *name,
     const int64_t rshape[2] = {s->n_experts, s->hidden};
     lh_module *router = module_with_param(b, m, s->router, LH_MOD_CUSTOM, 2, rshape,
                                           LH_PARAM_PLAIN);
-    if (router && s->correction_bias)
-        lh_tree_add_param(b, router, s->correction_bias, 1, &s->n_experts, LH_PARAM_PLAIN);
+    if (router && s->correction_bias) {
+        lh_param *cb = lh_tree_add_param(b, router, s->correction_bias, 1, &s->n_experts,
+                                         LH_PARAM_PLAIN);
+        if (cb)
+            cb->is_buffer = true;
+    }
     lh_module *experts = lh_tree_add_module(b, m, s->experts, LH_MOD_EXPERTS);
     if (experts)
         experts->moe = s;

@@ -38,7 +38,7 @@ static void subtree_sizes(const lh_module *x, int64_t *params, int64_t *bytes)
 {
     for (const lh_param *p = x->params; p; p = p->next)
         if (!p->tied_to) {
-            *params += p->is_scale ? 0 : p->numel;
+            *params += p->is_scale || p->is_buffer ? 0 : p->numel;
             *bytes += p->bytes;
         }
     for (const lh_module *c = x->first_child; c; c = c->next_sibling)
@@ -63,8 +63,8 @@ lh_status lh_model_plan(const lh_model *m, lh_memory_plan *out, lh_err *err)
         for (const lh_param *p = x->params; p; p = p->next) {
             if (p->tied_to)
                 continue; /* counted once, on the source */
-            /* a quantized weight's scales are bytes, not parameters of the model */
-            const int64_t n = p->is_scale ? 0 : p->numel;
+            /* a quantized weight's scales and a buffer are bytes, not parameters */
+            const int64_t n = p->is_scale || p->is_buffer ? 0 : p->numel;
             if (!lh_tree_add(out->parameters, n, &out->parameters) ||
                 !lh_tree_add(out->active_parameters, n, &out->active_parameters) ||
                 !lh_tree_add(out->weight_bytes, p->bytes, &out->weight_bytes) ||
@@ -146,7 +146,7 @@ json_t *lh_model_plan_json(const lh_model *m, const lh_memory_plan *plan)
             }
             ok = ok && t &&
                  put(t, "tensors", json_integer(json_integer_value(json_object_get(t, "tensors")) + 1)) &&
-                 put(t, "parameters", json_integer(json_integer_value(json_object_get(t, "parameters")) + (p->is_scale ? 0 : p->numel))) &&
+                 put(t, "parameters", json_integer(json_integer_value(json_object_get(t, "parameters")) + (p->is_scale || p->is_buffer ? 0 : p->numel))) &&
                  put(t, "bytes", json_integer(json_integer_value(json_object_get(t, "bytes")) + p->bytes));
         }
     const char *dt = mixed ? "mixed" : lh_dtype_name(plan->weight_dtype);

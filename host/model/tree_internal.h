@@ -41,6 +41,9 @@ typedef struct lh_param {
      * computed when the weights are bound (the quant config quantizes at load), not read from
      * the checkpoint. */
     bool is_scale, derived;
+    /* A tensor the checkpoint holds and the model reads that is no parameter (a MoE router's
+     * e_score_correction_bias, a buffer in transformers): bytes, not parameters. */
+    bool is_buffer;
 } lh_param;
 
 struct lh_module {

@@ -60,6 +60,15 @@ extern const lh_gguf_tensor_name llama_gguf_tensors_neox[];
 extern const size_t llama_gguf_n_tensors_neox;
 lh_status llama_gguf_finish(const lh_host_api *api, const lh_gguf_source *src, lh_gguf_config *c,
                             lh_error *err);
+/* qwen2moe / qwen3moe files (llama.cpp runs every layer sparse, renormalizing as told): their
+ * keys (the common ones and the experts'), tensors, and the finish hook's shared part. */
+extern const lh_gguf_key llama_gguf_keys_moe[];
+extern const size_t llama_gguf_n_keys_moe;
+extern const lh_gguf_tensor_name llama_gguf_tensors_moe[];
+extern const size_t llama_gguf_n_tensors_moe;
+lh_status llama_gguf_finish_moe(const lh_host_api *api, const lh_gguf_source *src,
+                                lh_gguf_config *c, const char *model_type, bool norm_topk,
+                                lh_error *err);
 void llama_destroy(void *model);
 
 #endif

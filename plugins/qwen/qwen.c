@@ -142,6 +142,18 @@ QWEN_OPS(qwen3, qwen3)
 QWEN_OPS(qwen2_moe, qwen2_moe)
 QWEN_OPS(qwen3_moe, qwen3_moe)
 
+static lh_status finish_qwen2moe(const lh_host_api *api, const lh_gguf_source *src,
+                                 lh_gguf_config *c, lh_error *err)
+{
+    return llama_gguf_finish_moe(api, src, c, "qwen2_moe", false, err);
+}
+
+static lh_status finish_qwen3moe(const lh_host_api *api, const lh_gguf_source *src,
+                                 lh_gguf_config *c, lh_error *err)
+{
+    return llama_gguf_finish_moe(api, src, c, "qwen3_moe", true, err);
+}
+
 static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
 {
     const lh_model_provider providers[] = {
@@ -170,6 +182,23 @@ static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
             .finish = llama_gguf_finish,
         };
         lh_status st = api->register_gguf(ctx, &g);
+        if (st != LH_OK)
+            return st;
+    }
+    /* llama.cpp's mixtures of experts: qwen2moe keeps softmax weights as they are,
+     * qwen3moe renormalizes them (what llama.cpp runs, whatever the source checkpoint said) */
+    const lh_gguf_provider moe[] = {
+        {.struct_size = sizeof(lh_gguf_provider), .gguf_arch = "qwen2moe",
+         .architecture = "Qwen2MoeForCausalLM", .keys = llama_gguf_keys_moe,
+         .n_keys = llama_gguf_n_keys_moe, .tensors = llama_gguf_tensors_moe,
+         .n_tensors = llama_gguf_n_tensors_moe, .finish = finish_qwen2moe},
+        {.struct_size = sizeof(lh_gguf_provider), .gguf_arch = "qwen3moe",
+         .architecture = "Qwen3MoeForCausalLM", .keys = llama_gguf_keys_moe,
+         .n_keys = llama_gguf_n_keys_moe, .tensors = llama_gguf_tensors_moe,
+         .n_tensors = llama_gguf_n_tensors_moe, .finish = finish_qwen3moe},
+    };
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
+        lh_status st = api->register_gguf(ctx, &moe[i]);
         if (st != LH_OK)
             return st;
     }

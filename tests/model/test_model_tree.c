@@ -155,6 +155,31 @@ static const char *const QWEN3_30B_A3B =
     "\"mlp_only_layers\":[],\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0,"
     "\"use_sliding_window\":false,\"sliding_window\":null,\"attention_bias\":false,"
     "\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\"}";
+/* deepseek-ai/DeepSeek-V2-Lite and deepseek-ai/DeepSeek-V3, as published (the keys the tree
+ * reads) */
+static const char *const DEEPSEEK_V2_LITE =
+    "{\"architectures\":[\"DeepseekV2ForCausalLM\"],\"model_type\":\"deepseek_v2\","
+    "\"hidden_size\":2048,\"intermediate_size\":10944,\"moe_intermediate_size\":1408,"
+    "\"num_hidden_layers\":27,\"num_attention_heads\":16,\"num_key_value_heads\":16,"
+    "\"vocab_size\":102400,\"max_position_embeddings\":163840,\"n_routed_experts\":64,"
+    "\"n_shared_experts\":2,\"num_experts_per_tok\":6,\"first_k_dense_replace\":1,"
+    "\"moe_layer_freq\":1,\"n_group\":1,\"topk_group\":1,\"topk_method\":\"greedy\","
+    "\"norm_topk_prob\":false,\"routed_scaling_factor\":1.0,\"scoring_func\":\"softmax\","
+    "\"q_lora_rank\":null,\"kv_lora_rank\":512,\"qk_nope_head_dim\":128,"
+    "\"qk_rope_head_dim\":64,\"v_head_dim\":128,\"rms_norm_eps\":1e-06,"
+    "\"rope_theta\":10000,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\"}";
+static const char *const DEEPSEEK_V3 =
+    "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"model_type\":\"deepseek_v3\","
+    "\"hidden_size\":7168,\"intermediate_size\":18432,\"moe_intermediate_size\":2048,"
+    "\"num_hidden_layers\":61,\"num_attention_heads\":128,\"num_key_value_heads\":128,"
+    "\"vocab_size\":129280,\"max_position_embeddings\":163840,\"n_routed_experts\":256,"
+    "\"n_shared_experts\":1,\"num_experts_per_tok\":8,\"first_k_dense_replace\":3,"
+    "\"moe_layer_freq\":1,\"n_group\":8,\"topk_group\":4,\"topk_method\":\"noaux_tc\","
+    "\"norm_topk_prob\":true,\"routed_scaling_factor\":2.5,\"scoring_func\":\"sigmoid\","
+    "\"num_nextn_predict_layers\":1,\"q_lora_rank\":1536,\"kv_lora_rank\":512,"
+    "\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,\"v_head_dim\":128,"
+    "\"rms_norm_eps\":1e-06,\"rope_theta\":10000,\"tie_word_embeddings\":false,"
+    "\"torch_dtype\":\"bfloat16\"}";
 static const char *const LLAMA_3_1_405B =
     "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"hidden_size\":16384,"
     "\"intermediate_size\":53248,\"num_hidden_layers\":126,\"num_attention_heads\":128,"
@@ -1587,6 +1612,40 @@ static void test_plugin_qwen(void)
     check_same_tree(&api, q3, construct_qk_norm, "qwen3-8b", QWEN3_8B);
 }
 
+/* The DeepSeek plugin's trees: the published parameter counts (transformers' num_parameters,
+ * the router's correction bias a buffer, V3 without its multi-token-prediction layer), the
+ * latent KV width, and no forward pass (construct only). */
+static void test_plugin_deepseek(void)
+{
+    const lh_plugin_descriptor *d = open_plugin("libmodel_deepseek.so");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    lh_host_api api = make_api();
+    test_ctx t;
+    memset(&t, 0, sizeof t);
+    CU_ASSERT_EQUAL_FATAL(d->init(&api, (lh_plugin_ctx *)(void *)&t), LH_OK);
+    CU_ASSERT_EQUAL(t.n, 2);
+    const lh_model_provider *ds2 = find_provider(&t, "DeepseekV2ForCausalLM");
+    const lh_model_provider *ds3 = find_provider(&t, "DeepseekV3ForCausalLM");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ds2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ds3);
+    CU_ASSERT_PTR_NULL(ds3->ops->forward);
+    lh_memory_plan p;
+    CU_ASSERT_EQUAL(build_provider(&api, ds2, "deepseek-v2-lite", DEEPSEEK_V2_LITE, &p), LH_OK);
+    CU_ASSERT_EQUAL(p.parameters, INT64_C(15706484224));
+    /* 6 of 64 experts of 3 x 2048 x 1408 in 26 sparse layers */
+    CU_ASSERT_EQUAL(p.active_parameters,
+                    INT64_C(15706484224) - INT64_C(26) * 58 * 3 * 2048 * 1408);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, INT64_C(27) * (512 + 64) * 4); /* f32 latent */
+    CU_ASSERT_EQUAL(build_provider(&api, ds3, "deepseek-v3", DEEPSEEK_V3, &p), LH_OK);
+    CU_ASSERT_EQUAL(p.parameters, INT64_C(671026404352));
+    CU_ASSERT_EQUAL(p.active_parameters,
+                    INT64_C(671026404352) - INT64_C(58) * 248 * 3 * 7168 * 2048);
+    CU_ASSERT_EQUAL(p.num_attention_layers, 61);
+    printf("\n    deepseek-v3: %lld parameters, %lld active", (long long)p.parameters,
+           (long long)p.active_parameters);
+}
+
+
 static CU_TestInfo arch_tests[] = {
     {"llama 3.1 8b: counts, shapes, table", test_llama31_8b},
     {"mistral 7b v0.1", test_mistral_7b},
@@ -1621,6 +1680,7 @@ static CU_TestInfo quant_tests[] = {
 static CU_TestInfo plugin_tests[] = {
     {"libmodel_llama.so", test_plugin_llama},
     {"libmodel_qwen.so", test_plugin_qwen},
+    {"libmodel_deepseek.so: published counts, latent KV, no forward yet", test_plugin_deepseek},
     CU_TEST_INFO_NULL,
 };
 
