@@ -275,6 +275,14 @@ MODELS += [
                 "top 8 of 16 experts (32 wide), weights renormalized (norm_topk_prob); Qwen3 "
                 "attention (q/k norm, head_dim 32, GQA 4/2), float32."),
 ]
+# bf16 weights: the engine against transformers on the same weights in f32
+MODELS += [
+    dict(name="mixtral-bf16", model_type="mixtral", dtype="bfloat16", seed=1027,
+         config=dict(num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2,
+                     vocab_size=512),
+         covers="Mixtral as mixtral-f32 in bfloat16 (vocabulary 512: fewer exact ties among "
+                "bf16 logits), top 2 of 8 experts."),
+]
 # Every layer sparse, as llama.cpp's qwen2moe / qwen3moe GGUF files are (the sources of the
 # GGUF fixtures of those architectures, tools/gen_gguf_fixtures.py).
 MODELS += [

@@ -226,6 +226,8 @@ def write_fixture(out: Path, name: str, src: str, arch: str, qtype) -> None:
             a = permute(a, n_kv)
         if gemma and tname.endswith("norm.weight"):
             a = a + np.float32(1.0)  # Gemma's norms are stored as 1 + w (llama.cpp: x * w)
+        if tname.endswith("shared_expert_gate.weight"):
+            a = a.reshape(-1)  # the converter squeezes [1, H] to llama.cpp's {n_embd}
         put(gguf_name(tname, gemma), a)
     for (layer, wn), by_expert in sorted(experts.items()):
         stacked = np.stack([by_expert[e] for e in range(len(by_expert))])

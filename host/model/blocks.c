@@ -170,12 +170,20 @@ static bool check_moe(lh_build *b, const char *w, const lh_moe_spec *s)
     else if (r->scoring != LH_K_MOE_SOFTMAX && r->scoring != LH_K_MOE_SIGMOID)
         snprintf(msg, sizeof msg, "scoring %d is not a lh_k_moe_scoring", (int)r->scoring),
             bad = msg;
-    else if (r->n_group > 1 && (s->n_experts % r->n_group != 0 || r->topk_group < 1 ||
-                                r->topk_group > r->n_group ||
-                                r->topk_group * (s->n_experts / r->n_group) < r->top_k))
-        snprintf(msg, sizeof msg, "n_group %" PRId64 " / topk_group %" PRId64 " cannot choose "
-                 "top_k %" PRId64 " of %" PRId64 " experts", r->n_group, r->topk_group,
-                 r->top_k, s->n_experts), bad = msg;
+    else if (r->n_group < 0 ||
+             (r->n_group > 1 && (s->n_experts % r->n_group != 0 || r->topk_group < 1 ||
+                                 r->topk_group > r->n_group ||
+                                 r->topk_group * (s->n_experts / r->n_group) < r->top_k ||
+                                 (r->group_score != LH_K_MOE_GROUP_MAX &&
+                                  r->group_score != LH_K_MOE_GROUP_TOP2_SUM) ||
+                                 (r->group_score == LH_K_MOE_GROUP_TOP2_SUM &&
+                                  s->n_experts / r->n_group < 2))))
+        snprintf(msg, sizeof msg, "n_group %" PRId64 " / topk_group %" PRId64 " (group score %d) "
+                 "cannot choose top_k %" PRId64 " of %" PRId64 " experts", r->n_group,
+                 r->topk_group, (int)r->group_score, r->top_k, s->n_experts), bad = msg;
+    else if (s->shared_gate && s->shared_intermediate == 0)
+        snprintf(msg, sizeof msg, "shared_gate '%s' without a shared expert "
+                 "(shared_intermediate 0)", s->shared_gate), bad = msg;
     else if (!isfinite(r->scale) || r->scale < 0 || !isfinite(r->renorm_eps) || r->renorm_eps < 0)
         snprintf(msg, sizeof msg, "scale %g and renorm_eps %g must be finite and >= 0",
                  (double)r->scale, (double)r->renorm_eps), bad = msg;

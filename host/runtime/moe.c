@@ -148,6 +148,14 @@ static lh_tensor view2(lh_fwd *f, float *p, int64_t rows, int64_t cols)
     return lh_runner_view(f->r->dev, LH_DTYPE_F32, p, 2, shape);
 }
 
+/* t is a contiguous f32 [rows, cols] on the runner's device */
+static bool plain_f32(const lh_fwd *f, const lh_tensor *t, int64_t cols)
+{
+    return t->ndim == 2 && t->dtype == LH_DTYPE_F32 && t->shape[1] == cols &&
+           t->stride[1] == 1 && t->stride[0] == cols && t->data &&
+           t->device.kind == f->r->dev.kind && t->device.index == f->r->dev.index;
+}
+
 static size_t al(size_t n) /* floats, rounded to 64 (256 bytes) */
 {
     return (n + 63) & ~(size_t)63;
@@ -171,10 +179,14 @@ lh_status lh_runner_moe_ffn(lh_fwd *f, const lh_moe_ref *m, const lh_tensor *x, 
         return lh_runner_fwd_fail(f, LH_E_USAGE, "moe_ffn: NULL %s", !m ? "block" : !x ? "x" : "out");
     const lh_moe_spec *s = m->spec;
     const int64_t T = x->shape[0], H = s->hidden, E = s->n_experts, K = s->route.top_k;
-    if (x->ndim != 2 || out->ndim != 2 || x->shape[1] != H || out->shape[0] != T ||
-        out->shape[1] != H || x->data == out->data)
-        return lh_runner_fwd_fail(f, LH_E_USAGE, "moe_ffn %s: x and out must be distinct "
-                                  "[T, %" PRId64 "] tensors", m->module, H);
+    /* out is written before any kernel would check it: check it here */
+    const char *xo = (const char *)x->data, *oo = (const char *)out->data;
+    const size_t bytes = (size_t)(T > 0 ? T : 0) * (size_t)H * sizeof(float);
+    if (!plain_f32(f, x, H) || !plain_f32(f, out, H) || out->shape[0] != T ||
+        (xo < oo + bytes && oo < xo + bytes))
+        return lh_runner_fwd_fail(f, LH_E_USAGE, "moe_ffn %s: x and out must be contiguous f32 "
+                                  "[T, %" PRId64 "] tensors on the step's device that do not "
+                                  "overlap", m->module, H);
     if (T == 0)
         return LH_OK;
     const int64_t I = s->expert_intermediate, IS = s->shared_intermediate;
@@ -206,8 +218,14 @@ lh_status lh_runner_moe_ffn(lh_fwd *f, const lh_moe_ref *m, const lh_tensor *x, 
         goto done;
     }
     /* (token, slot) pairs by expert, tokens ascending within each: a counting sort */
-    for (int64_t i = 0; i < T * K; i++)
+    for (int64_t i = 0; i < T * K; i++) {
+        if (ids[i] < 0 || ids[i] >= E) { /* the kernel's contract; never trusted blindly */
+            lh_runner_fwd_fail(f, LH_E_INTERNAL, "moe %s: routing returned expert %d of %lld",
+                               m->module, (int)ids[i], (long long)E);
+            goto done;
+        }
         cnt[ids[i] + 1]++;
+    }
     for (int64_t e = 0; e < E; e++)
         cnt[e + 1] += cnt[e];
     {
@@ -257,7 +275,7 @@ lh_status lh_runner_moe_ffn(lh_fwd *f, const lh_moe_ref *m, const lh_tensor *x, 
                                           gt.shape);
             if (f->err->code == LH_OK && (st = lh_k_copy(f->kctx, &hs, &gt)) != LH_OK)
                 lh_runner_fwd_fail(f, st, "moe %s: %s", m->module, lh_k_last_error(f->kctx));
-            for (int64_t t = 0; t < T; t++) {
+            for (int64_t t = 0; t < T && f->err->code == LH_OK; t++) {
                 sc[t] = 1.0f / (1.0f + expf(-sc[t]));
                 rows[t] = t;
             }

@@ -162,12 +162,28 @@ static bool push(pairs *v, lh_param *p, const lh_st_tensor *t)
     return true;
 }
 
+/* The shapes agree; for a GGUF tensor (no safetensors file) also when they differ only by
+ * leading dimensions of 1: ggml pads every shape with trailing ne = 1, so a converter may
+ * store the tree's [1, H] as [H] (llama.cpp's qwen2moe ffn_gate_inp_shexp). */
 static bool same_shape(const lh_param *p, const lh_st_tensor *t)
 {
-    if (p->ndim != t->ndim)
+    if (p->ndim == t->ndim) {
+        for (int i = 0; i < p->ndim; i++)
+            if (p->shape[i] != t->shape[i])
+                return false;
+        return true;
+    }
+    if (t->file)
         return false;
-    for (int i = 0; i < p->ndim; i++)
-        if (p->shape[i] != t->shape[i])
+    int a = 0, b = 0;
+    while (a < p->ndim && p->shape[a] == 1 && p->ndim - a > t->ndim)
+        a++;
+    while (b < t->ndim && t->shape[b] == 1 && t->ndim - b > p->ndim)
+        b++;
+    if (p->ndim - a != t->ndim - b)
+        return false;
+    for (int i = 0; a + i < p->ndim; i++)
+        if (p->shape[a + i] != t->shape[b + i])
             return false;
     return true;
 }

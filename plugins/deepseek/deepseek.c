@@ -8,10 +8,12 @@
  *     MLA geometry, so the KV cache plans the latent width
  *   model.layers.N.mlp: a dense SiLU-gated MLP for N < first_k_dense_replace, else a mixture of
  *     n_routed_experts experts (moe_intermediate_size wide) with n_shared_experts folded into
- *     one shared expert "shared_experts", routed as the version does: V2 softmax scores, greedy
- *     or group-limited top-k (the group's best score), routed_scaling_factor, renormalized only
- *     with norm_topk_prob; V3 sigmoid scores plus e_score_correction_bias for the choice, the
- *     groups scored by their two best, renormalized, scaled.
+ *     one shared expert "shared_experts", routed as transformers' modeling of the version does:
+ *     V2 softmax scores, greedy or group-limited top-k (the group's best score), scaled by
+ *     routed_scaling_factor, never renormalized; V3 sigmoid scores plus e_score_correction_bias
+ *     for the choice, always group-limited with the groups scored by their two best,
+ *     renormalized as norm_topk_prob says, scaled. Keys a config leaves out take transformers'
+ *     defaults; moe_layer_freq other than 1 (which transformers ignores) is refused.
  * The tree gives explain its exact counts (active_parameters too) and the KV plan; there is no
  * forward pass yet (multi-head latent attention is not implemented in the attention backends),
  * so an engine refuses the model when it opens, saying so. DeepSeek-V3's multi-token-prediction
@@ -26,10 +28,16 @@
 typedef struct ds_version {
     const char *arch;
     bool v3; /* sigmoid scores with a correction bias, groups scored by their top two */
+    /* transformers' defaults for what a config leaves out */
+    int64_t n_routed, top_k, n_group, topk_group, first_dense, n_shared, moe_inter;
+    double scale;
+    bool norm;
 } ds_version;
 
-static const ds_version v2 = {"DeepseekV2ForCausalLM", false};
-static const ds_version v3 = {"DeepseekV3ForCausalLM", true};
+static const ds_version v2 = {"DeepseekV2ForCausalLM", false, 64, 0, 0, 0, 0, 2, 1407, 1.0,
+                              false};
+static const ds_version v3 = {"DeepseekV3ForCausalLM", true, 256, 8, 8, 4, 3, 1, 2048, 2.5,
+                              true};
 
 static int64_t get_int(const lh_host_api *api, const lh_model_config *cfg, const char *key,
                        int64_t def)
@@ -38,7 +46,10 @@ static int64_t get_int(const lh_host_api *api, const lh_model_config *cfg, const
     return api->config_get_int(cfg, key, &v) == 1 ? v : def;
 }
 
-static lh_status check_config(const lh_host_api *api, const lh_model_config *cfg, lh_error *err)
+/* What transformers' modeling of the version does, refused where the config asks for
+ * something else (rather than run it another way). */
+static lh_status check_version(const lh_host_api *api, const lh_model_config *cfg,
+                               const ds_version *v, lh_error *err)
 {
     static const char *const keys[] = {"hidden_size", "intermediate_size", "num_hidden_layers",
                                        "num_attention_heads", "vocab_size", "kv_lora_rank",
@@ -46,16 +57,35 @@ static lh_status check_config(const lh_host_api *api, const lh_model_config *cfg
     lh_status st = lh_config_require_ints(api, cfg, keys, sizeof keys / sizeof *keys, err);
     if (st != LH_OK)
         return st;
+    if (!v->v3) { /* transformers' DeepseekV2Config has no default expert count per token */
+        static const char *const v2keys[] = {"num_experts_per_tok"};
+        if ((st = lh_config_require_ints(api, cfg, v2keys, 1, err)) != LH_OK)
+            return st;
+    }
     const char *m;
-    if (api->config_get_string(cfg, "topk_method", &m) == 1 && strcmp(m, "greedy") != 0 &&
-        strcmp(m, "group_limited_greedy") != 0 && strcmp(m, "noaux_tc") != 0)
-        return lh_error_set(err, LH_E_UNSUPPORTED, "topk_method '%s' is not supported (greedy, "
-                            "group_limited_greedy, noaux_tc)", m);
-    if (api->config_get_string(cfg, "scoring_func", &m) == 1 && strcmp(m, "softmax") != 0 &&
-        strcmp(m, "sigmoid") != 0)
-        return lh_error_set(err, LH_E_UNSUPPORTED, "scoring_func '%s' is not supported (softmax, "
-                            "sigmoid)", m);
+    if (!v->v3 && api->config_get_string(cfg, "topk_method", &m) == 1 &&
+        strcmp(m, "greedy") != 0 && strcmp(m, "group_limited_greedy") != 0)
+        return lh_error_set(err, LH_E_UNSUPPORTED, "topk_method '%s' is not part of "
+                            "DeepSeek-V2 (greedy, group_limited_greedy)", m);
+    if (api->config_get_string(cfg, "scoring_func", &m) == 1 &&
+        strcmp(m, v->v3 ? "sigmoid" : "softmax") != 0)
+        return lh_error_set(err, LH_E_UNSUPPORTED, "scoring_func '%s': %s scores with %s", m,
+                            v->v3 ? "DeepSeek-V3" : "DeepSeek-V2", v->v3 ? "sigmoid" : "softmax");
+    if (get_int(api, cfg, "moe_layer_freq", 1) != 1)
+        return lh_error_set(err, LH_E_UNSUPPORTED, "moe_layer_freq %lld: every layer from "
+                            "first_k_dense_replace on is sparse (transformers ignores the key)",
+                            (long long)get_int(api, cfg, "moe_layer_freq", 1));
     return LH_OK;
+}
+
+static lh_status check_v2(const lh_host_api *api, const lh_model_config *cfg, lh_error *err)
+{
+    return check_version(api, cfg, &v2, err);
+}
+
+static lh_status check_v3(const lh_host_api *api, const lh_model_config *cfg, lh_error *err)
+{
+    return check_version(api, cfg, &v3, err);
 }
 
 /* The MoE block of a sparse layer, as the version routes. */
@@ -63,23 +93,27 @@ static lh_moe_spec moe_spec(const lh_host_api *api, const lh_model_config *cfg,
                             const ds_version *v)
 {
     const lh_model_geometry *g = api->config_geometry(cfg);
-    const int64_t inter = get_int(api, cfg, "moe_intermediate_size", g->intermediate_size);
-    bool norm = false;
-    api->config_get_bool(cfg, "norm_topk_prob", &norm);
-    double scale = 1.0;
+    const int64_t inter = get_int(api, cfg, "moe_intermediate_size", v->moe_inter);
+    /* transformers' V2 router never renormalizes (whatever norm_topk_prob says); V3's does
+     * as told */
+    bool norm = v->norm;
+    if (v->v3)
+        api->config_get_bool(cfg, "norm_topk_prob", &norm);
+    double scale = v->scale;
     api->config_get_double(cfg, "routed_scaling_factor", &scale);
-    const char *method = v->v3 ? "noaux_tc" : "greedy";
+    /* V3 always limits the groups (transformers ignores topk_method); V2 only when told */
+    const char *method = "greedy";
     api->config_get_string(cfg, "topk_method", &method);
-    const bool grouped = strcmp(method, "greedy") != 0;
+    const bool grouped = v->v3 || strcmp(method, "group_limited_greedy") == 0;
     lh_moe_spec s = {
         .struct_size = sizeof s,
         .hidden = g->hidden_size,
-        .n_experts = get_int(api, cfg, "n_routed_experts", 0),
+        .n_experts = get_int(api, cfg, "n_routed_experts", v->n_routed),
         .expert_intermediate = inter,
-        .route = {.top_k = get_int(api, cfg, "num_experts_per_tok", 1),
+        .route = {.top_k = get_int(api, cfg, "num_experts_per_tok", v->top_k),
                   .scoring = v->v3 ? LH_K_MOE_SIGMOID : LH_K_MOE_SOFTMAX,
-                  .n_group = grouped ? get_int(api, cfg, "n_group", 1) : 0,
-                  .topk_group = grouped ? get_int(api, cfg, "topk_group", 1) : 0,
+                  .n_group = grouped ? get_int(api, cfg, "n_group", v->n_group) : 0,
+                  .topk_group = grouped ? get_int(api, cfg, "topk_group", v->topk_group) : 0,
                   .group_score = v->v3 ? LH_K_MOE_GROUP_TOP2_SUM : LH_K_MOE_GROUP_MAX,
                   .renormalize = norm,
                   .renorm_eps = v->v3 ? 1e-20f : 0.0f,
@@ -91,8 +125,9 @@ static lh_moe_spec moe_spec(const lh_host_api *api, const lh_model_config *cfg,
         .gate_proj = "gate_proj",
         .up_proj = "up_proj",
         .down_proj = "down_proj",
-        .shared_intermediate = inter * get_int(api, cfg, "n_shared_experts", 0),
-        .shared = get_int(api, cfg, "n_shared_experts", 0) > 0 ? "shared_experts" : NULL,
+        .shared_intermediate = inter * get_int(api, cfg, "n_shared_experts", v->n_shared),
+        .shared = get_int(api, cfg, "n_shared_experts", v->n_shared) > 0 ? "shared_experts"
+                                                                          : NULL,
     };
     return s;
 }
@@ -103,8 +138,7 @@ static lh_status construct(const lh_host_api *api, lh_build *b, const lh_model_c
     const lh_model_geometry *g = api->config_geometry(cfg);
     const int64_t hidden = g->hidden_size, H = g->num_attention_heads;
     const double eps = g->rms_norm_eps;
-    const int64_t dense = get_int(api, cfg, "first_k_dense_replace", 0);
-    const int64_t every = get_int(api, cfg, "moe_layer_freq", 1);
+    const int64_t dense = get_int(api, cfg, "first_k_dense_replace", v->first_dense);
     const lh_moe_spec ms = moe_spec(api, cfg, v);
     lh_module *root = api->module_root(b);
     lh_module *model = api->add_container(b, root, "model");
@@ -149,7 +183,7 @@ static lh_status construct(const lh_host_api *api, lh_build *b, const lh_model_c
                         H * (g->qk_nope_head_dim + g->v_head_dim), false);
         api->add_linear(b, attn, "o_proj", H * g->v_head_dim, hidden, false);
         api->add_rmsnorm(b, layer, "post_attention_layernorm", hidden, eps);
-        if (ms.n_experts > 0 && i >= dense && every > 0 && i % every == 0) {
+        if (ms.n_experts > 0 && i >= dense) {
             api->add_moe(b, layer, "mlp", &ms);
         } else {
             lh_module *mlp = api->add_mlp(b, layer, "mlp");
@@ -176,10 +210,10 @@ static lh_status construct_v3(const lh_host_api *api, lh_build *b, const lh_mode
 /* construct only: the runner refuses a provider without bind / forward, naming it */
 static const lh_model_ops ops_v2 = {.struct_size = sizeof(lh_model_ops),
                                     .construct = construct_v2,
-                                    .check_config = check_config};
+                                    .check_config = check_v2};
 static const lh_model_ops ops_v3 = {.struct_size = sizeof(lh_model_ops),
                                     .construct = construct_v3,
-                                    .check_config = check_config};
+                                    .check_config = check_v3};
 
 static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
 {

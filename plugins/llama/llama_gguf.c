@@ -127,7 +127,16 @@ lh_status llama_gguf_finish_moe(const lh_host_api *api, const lh_gguf_source *sr
     bool norm = norm_topk;
     if (api->gguf_get_bool(src, key, &norm) < 0)
         return lh_error_set(err, LH_E_CONFIG, "metadata key '%s' is not a bool", key);
-    lh_status st = api->config_set_int(c, "decoder_sparse_step", 1);
+    lh_status st = LH_OK;
+    int64_t v;
+    /* a shared expert whose width the file does not say is feed_forward_length wide
+     * (llama.cpp's fallback) */
+    if (api->gguf_has_tensor(src, "blk.0.ffn_gate_shexp.weight") &&
+        api->config_peek_int(c, "shared_expert_intermediate_size", &v) != 1 &&
+        api->config_peek_int(c, "intermediate_size", &v) == 1)
+        st = api->config_set_int(c, "shared_expert_intermediate_size", v);
+    if (st == LH_OK)
+        st = api->config_set_int(c, "decoder_sparse_step", 1);
     if (st == LH_OK)
         st = api->config_set_json(c, "mlp_only_layers", "[]");
     if (st == LH_OK)

@@ -35,20 +35,24 @@ static const llama_variant qwen3 = {.arch = "Qwen3ForCausalLM", .qk_norm = true,
 
 /* Qwen2-MoE / Qwen3-MoE: layer i is sparse unless it is listed in mlp_only_layers, and then
  * only every decoder_sparse_step-th layer ((i + 1) % step == 0), as transformers decides. */
+/* transformers' defaults for what a config leaves out: Qwen2-MoE (shared) / Qwen3-MoE */
+#define QWEN_DEFAULT(shared, q2, q3) ((shared) ? (q2) : (q3))
+
 /* transformers 5 writes Qwen3-MoE's expert count as num_local_experts, Qwen2-MoE's (and
  * every earlier version's) as num_experts */
-static int64_t n_experts(const lh_host_api *api, const lh_model_config *cfg)
+static int64_t n_experts(const lh_host_api *api, const lh_model_config *cfg, bool shared)
 {
-    int64_t n = 0;
+    int64_t n = QWEN_DEFAULT(shared, 60, 128);
     if (api->config_get_int(cfg, "num_experts", &n) != 1)
         api->config_get_int(cfg, "num_local_experts", &n);
     return n;
 }
 
-static bool sparse_layer(const lh_host_api *api, const lh_model_config *cfg, int64_t i)
+static bool sparse_layer(const lh_host_api *api, const lh_model_config *cfg, int64_t i,
+                         bool shared)
 {
     int64_t step = 1, v;
-    if (n_experts(api, cfg) <= 0)
+    if (n_experts(api, cfg, shared) <= 0)
         return false;
     char key[48];
     for (int64_t j = 0;; j++) {
@@ -70,10 +74,11 @@ static bool sparse_layer(const lh_host_api *api, const lh_model_config *cfg, int
 static bool qwen_moe(const lh_host_api *api, const lh_model_config *cfg, int64_t i,
                      lh_moe_spec *s, const char **name, bool shared)
 {
-    if (!sparse_layer(api, cfg, i))
+    if (!sparse_layer(api, cfg, i, shared))
         return false;
     const lh_model_geometry *g = api->config_geometry(cfg);
-    int64_t n = n_experts(api, cfg), k = 1, inter = g->intermediate_size, sh = 0;
+    int64_t n = n_experts(api, cfg, shared), k = QWEN_DEFAULT(shared, 4, 8);
+    int64_t inter = QWEN_DEFAULT(shared, 1408, 768), sh = shared ? 5632 : 0;
     bool norm = false;
     api->config_get_int(cfg, "num_experts_per_tok", &k);
     api->config_get_int(cfg, "moe_intermediate_size", &inter);

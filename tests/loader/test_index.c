@@ -492,6 +492,16 @@ static void test_generate_errors(void)
     EXPECT_STATUS(st, LH_E_INIT, err);
     EXPECT_HAS(err.msg, "deliberate init failure");
     lh_arch_index_free(&gen);
+    /* the registry's rules for GGUF tables: the plugin's init fails unless every bad table is
+     * refused and the table with stacked experts kept (tests/plugins/test_plugin.c) */
+    char *rules = fx_dir(&f, "rules", PLUGINS("libmodel_tp_gguf_rules.so"), NULL);
+    logcap_start(); /* the refusals are logged */
+    st = lh_index_generate(rules, false, &gen, &err);
+    logcap_stop();
+    EXPECT_STATUS(st, LH_OK, err);
+    CU_ASSERT_EQUAL(gen.n_rows, 1); /* gguf tprules */
+    lh_arch_index_free(&gen);
+    free(rules);
     /* insecure files are refused unless waived */
     char *insecure = fx_dir(&f, "insecure", NULL, NULL);
     copy_plugin(insecure, "libmodel_tp_alpha.so", NULL, 0666);

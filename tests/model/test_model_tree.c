@@ -900,6 +900,9 @@ MOE_CASE(c_moe_shared, s.shared_intermediate = 32)
 MOE_CASE(c_moe_size, s.struct_size = 8)
 MOE_CASE(c_moe_scale, s.route.scale = -1.0f)
 MOE_CASE(c_moe_dup, s.up_proj = "g")
+MOE_CASE(c_moe_gate_alone, s.shared_gate = "sg")
+MOE_CASE(c_moe_group_score, (s.route.n_group = 2, s.route.topk_group = 1, s.route.top_k = 2,
+                             s.route.group_score = (lh_k_moe_group_score)7))
 static lh_status c_moe_null(const lh_host_api *api, lh_build *b)
 {
     api->add_moe(b, NULL, "mlp", NULL);
@@ -1051,7 +1054,10 @@ static void test_build_errors(void)
         {"moe top_k", c_moe_top_k, LH_E_USAGE, "moe 'mlp': top_k 5 must be in [1, n_experts 4]"},
         {"moe experts", c_moe_experts, LH_E_USAGE, "moe 'mlp': n_experts 0 must be in [1, 1024]"},
         {"moe groups", c_moe_groups, LH_E_USAGE,
-         "moe 'mlp': n_group 2 / topk_group 1 cannot choose top_k 3 of 4 experts"},
+         "moe 'mlp': n_group 2 / topk_group 1 (group score 0) cannot choose top_k 3 of 4 experts"},
+        {"moe shared gate alone", c_moe_gate_alone, LH_E_USAGE,
+         "moe 'mlp': shared_gate 'sg' without a shared expert"},
+        {"moe group score", c_moe_group_score, LH_E_USAGE, "(group score 7) cannot choose"},
         {"moe width", c_moe_width, LH_E_USAGE, "expert_intermediate 0 must be > 0"},
         {"moe name", c_moe_name, LH_E_USAGE, "moe 'mlp': up_proj must be a non-empty name"},
         {"moe shared", c_moe_shared, LH_E_USAGE, "moe 'mlp': shared must be a non-empty name"},

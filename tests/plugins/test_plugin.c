@@ -19,6 +19,9 @@
  *   TP_EXIT_INIT       init ends the process with _exit(3)
  *   TP_ABORT_CTOR      a constructor calls abort() while the file is dlopened
  *   TP_MAX_DIMS        descriptor layout constant LH_MAX_DIMS set to another value
+ *   TP_GGUF_RULES      registers GGUF tables that break the registry's rules (each must be
+ *                      refused with LH_E_USAGE) and one with stacked experts that keeps them;
+ *                      init fails, naming the case, when the registry answers otherwise
  * (the last four are for `llmhost plugin check`, which loads each plugin in a child process)
  */
 #include "lh_plugin.h"
@@ -188,6 +191,39 @@ static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)
         lh_attn_backend_provider p = {sizeof p, attn[i],
                                       LH_ATTN_CAP_FUSED_ROPE | LH_ATTN_CAP_CHUNKED, NULL};
         st = api->register_attention_backend(ctx, &p);
+    }
+#endif
+#ifdef TP_GGUF_RULES
+    {
+        static const lh_gguf_tensor_name bad[][1] = {
+            {{"blk.{L}.ffn_gate_exps.weight", "layers.{L}.experts.w1", LH_GGUF_EXPERTS}},
+            {{"blk.{L}.ffn_gate.weight", "layers.{L}.experts.{E}.w1", LH_GGUF_AS_STORED}},
+            {{"blk.{L}.ffn_gate_exps.weight", "layers.{L}.e.{E}.{E}.w1", LH_GGUF_EXPERTS}},
+            {{"blk.{L}.ffn_{E}.weight", "layers.{L}.e.{E}.w1", LH_GGUF_EXPERTS}},
+            {{"blk.{L}.ffn_gate.weight", "layers.0.w1", LH_GGUF_AS_STORED}},
+            {{"blk.0.ffn_gate.weight", "layers.0.w1", (lh_gguf_layout)9}},
+        };
+        static const char *const what[] = {"experts without {E}", "{E} without experts",
+                                           "{E} twice", "{E} in the GGUF name",
+                                           "{L} on one side", "an unknown layout"};
+        for (size_t i = 0; st == LH_OK && i < sizeof bad / sizeof bad[0]; i++) {
+            char arch[16];
+            snprintf(arch, sizeof arch, "tpbad%zu", i);
+            const lh_gguf_provider g = {.struct_size = sizeof g, .gguf_arch = arch,
+                                        .architecture = "LlamaForCausalLM", .tensors = bad[i],
+                                        .n_tensors = 1};
+            if (api->register_gguf(ctx, &g) != LH_E_USAGE)
+                return api->init_fail(ctx, "a GGUF table with %s was not refused", what[i]);
+        }
+        static const lh_gguf_tensor_name good[] = {
+            {"blk.{L}.ffn_gate_exps.weight", "layers.{L}.experts.{E}.w1.weight",
+             LH_GGUF_EXPERTS},
+        };
+        const lh_gguf_provider g = {.struct_size = sizeof g, .gguf_arch = "tprules",
+                                    .architecture = "LlamaForCausalLM", .tensors = good,
+                                    .n_tensors = 1};
+        if (api->register_gguf(ctx, &g) != LH_OK)
+            return api->init_fail(ctx, "a GGUF table with stacked experts was refused");
     }
 #endif
     if (st != LH_OK)
