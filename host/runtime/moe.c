@@ -36,10 +36,7 @@ static const lh_weight *find(lh_runner *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    for (int64_t i = 0; i < r->n_weights; i++)
-        if (strcmp(r->weights[i].name, name) == 0)
-            return &r->weights[i];
-    return NULL;
+    return lh_runner_find_weight(r, name);
 }
 
 lh_status lh_runner_init_moe(lh_runner *r, const lh_model *m, lh_err *err)

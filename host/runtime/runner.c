@@ -115,13 +115,11 @@ static lh_status link_scales(lh_runner *r, lh_err *err)
         lh_weight *w = &r->weights[i];
         if (!w->scale_name)
             continue;
-        int64_t j = 0;
-        while (j < r->n_weights && strcmp(r->weights[j].name, w->scale_name) != 0)
-            j++;
-        if (j == r->n_weights)
+        const lh_weight *s = lh_runner_find_weight(r, w->scale_name);
+        if (!s)
             return lh_err_set(err, LH_E_INTERNAL, "%s: its scale %s is not among the weights",
                               w->name, w->scale_name);
-        w->scale = r->weights[j].t;
+        w->scale = s->t;
     }
     return LH_OK;
 }
@@ -229,6 +227,8 @@ static lh_status init_weights(lh_runner *r, const lh_model *m, lh_err *err)
     lh_status st = LH_OK;
     if (r->dev.kind != LH_DEVICE_CPU || copy_weights_forced())
         st = upload_weights(r, err); /* the CPU reads the bound tensors */
+    if (st == LH_OK && !lh_runner_index_weights(r))
+        st = lh_err_set(err, LH_E_NOMEM, "out of memory");
     return st == LH_OK ? link_scales(r, err) : st;
 }
 
@@ -445,6 +445,7 @@ void lh_runner_free(lh_runner *r)
         free(r->weights[i].scale_name);
     }
     free(r->weights);
+    free(r->by_name);
     for (int64_t i = 0; i < r->n_views; i++) {
         free(r->views[i]->name);
         free(r->views[i]);

@@ -49,6 +49,39 @@ lh_status lh_runner_bind_status(lh_bind *bd)
     return bd ? bd->err.code : LH_E_USAGE;
 }
 
+static int by_name_cmp(const void *a, const void *b)
+{
+    return strcmp((*(lh_weight *const *)a)->name, (*(lh_weight *const *)b)->name);
+}
+
+bool lh_runner_index_weights(lh_runner *r)
+{
+    free(r->by_name);
+    r->by_name = malloc((size_t)(r->n_weights ? r->n_weights : 1) * sizeof *r->by_name);
+    if (!r->by_name)
+        return false;
+    for (int64_t i = 0; i < r->n_weights; i++)
+        r->by_name[i] = &r->weights[i];
+    qsort(r->by_name, (size_t)r->n_weights, sizeof *r->by_name, by_name_cmp);
+    return true;
+}
+
+lh_weight *lh_runner_find_weight(const lh_runner *r, const char *name)
+{
+    int64_t lo = 0, hi = r->by_name ? r->n_weights : 0;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        const int c = strcmp(r->by_name[mid]->name, name);
+        if (c == 0)
+            return r->by_name[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
 static const lh_weight *find_weight(lh_bind *bd, bool required, const char *fmt, va_list ap)
 {
     if (!bd || bd->err.code != LH_OK)
@@ -61,9 +94,9 @@ static const lh_weight *find_weight(lh_bind *bd, bool required, const char *fmt,
         return NULL;
     }
     const lh_runner *r = bd->r;
-    for (int64_t i = 0; i < r->n_weights; i++)
-        if (strcmp(r->weights[i].name, name) == 0)
-            return &r->weights[i];
+    const lh_weight *w = lh_runner_find_weight(r, name);
+    if (w)
+        return w;
     if (required) {
         const char **names = malloc((size_t)(r->n_weights ? r->n_weights : 1) * sizeof *names);
         for (int64_t i = 0; names && i < r->n_weights; i++)

@@ -53,9 +53,12 @@ struct lh_runner {
     bool bound;       /* bind succeeded: destroy owes the state */
     lh_forward_info info;
     int64_t max_seq_len, max_seqs;
-    /* every parameter of the tree, in tree order */
+    /* every parameter of the tree, in tree order, and the same sorted by name (for the
+     * lookups of bind: a model of tens of thousands of expert weights binds in linear-log
+     * time, not quadratic) */
     lh_weight *weights;
     int64_t n_weights;
+    lh_weight **by_name;
     /* the attention-layer table, in registration order */
     lh_attn_ref *attn;
     int64_t n_attn;
@@ -94,6 +97,11 @@ struct lh_runner {
     bool graphs;
     lh_k_graph **graph; /* [max_seqs] */
 };
+
+/* The weight of that full name, NULL when the tree has none (r->by_name). */
+lh_weight *lh_runner_find_weight(const lh_runner *r, const char *name);
+/* Builds r->by_name; false on out of memory. */
+bool lh_runner_index_weights(lh_runner *r);
 
 /* The full name a bind lookup formats into name[size]; false (bd failed, or fails now with
  * "<what>: a name longer than ...") when there is none. */

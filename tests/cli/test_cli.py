@@ -396,6 +396,7 @@ class TestExplain(CliTestCase):
     def check_published(self, name):
         j = self.explain(cfg(name))
         self.assertEqual(j["parameters"], PUBLISHED[name])
+        self.assertEqual(j["active_parameters"], PUBLISHED[name])  # dense: all of them
         self.assertEqual(j["weight_dtype"], "bfloat16")
         self.assertEqual(j["weight_bytes"], 2 * PUBLISHED[name])
         # explain loads exactly the model's plugin and the one attention backend selected
@@ -437,6 +438,13 @@ class TestExplain(CliTestCase):
                 want = json.load(f)["num_parameters"]
             with self.subTest(model=name):
                 self.assertEqual(self.explain(os.path.join(models, name))["parameters"], want)
+
+    def test_moe_active_parameters(self):
+        # Mixtral fixture: 2 layers x 8 experts of 3 x 64 x 128, 2 run per token
+        j = self.explain(os.path.join(FIXTURES, "models", "mixtral-f32"))
+        self.assertEqual(j["parameters"] - j["active_parameters"], 2 * 6 * 3 * 64 * 128)
+        self.assertEqual(j["routed_share"], 0.25)
+        self.assertEqual(j["routed_expert_bytes"], 4 * 2 * 8 * 3 * 64 * 128)
 
     def test_tied_embeddings_counted_once(self):
         j = self.explain(cfg("smollm2-135m"))  # tie_word_embeddings: true
