@@ -83,9 +83,9 @@ typedef enum lh_activation {
  * the plugin says (its checkpoint's spelling):
  *   <router>.weight                        [n_experts, hidden]   never quantized
  *   <router>.<correction_bias>             [n_experts]           when correction_bias is set
- *   <experts>.<e>.<gate_proj|up_proj>.weight [expert_intermediate, hidden], e in [0, n_experts)
- *   <experts>.<e>.<down_proj>.weight       [hidden, expert_intermediate]
- *   <shared>.<gate_proj|up_proj|down_proj>.weight  as an expert's, shared_intermediate wide
+ *   <experts>.<e>.<gate_linear|up_linear>.weight [expert_intermediate, hidden], e in [0, n_experts)
+ *   <experts>.<e>.<down_linear>.weight       [hidden, expert_intermediate]
+ *   <shared>.<gate_linear|up_linear|down_linear>.weight  as an expert's, shared_intermediate wide
  *   <shared_gate>.weight                   [1, hidden]           never quantized
  * and computes, for each token x:
  *   (ids, w) = lh_k_moe_route(router(x), bias, route)   (lh_kernels.h: scores, selection)
@@ -108,7 +108,7 @@ typedef struct lh_moe_spec {
     const char *router;          /* e.g. "gate" */
     const char *correction_bias; /* e.g. "e_score_correction_bias"; NULL: none */
     const char *experts;         /* e.g. "experts" */
-    const char *gate_proj, *up_proj, *down_proj; /* e.g. "w1", "w3", "w2" */
+    const char *gate_linear, *up_linear, *down_linear; /* e.g. "w1", "w3", "w2" */
     int64_t shared_intermediate; /* the shared expert's width; 0: none */
     const char *shared;          /* e.g. "shared_expert" (with shared_intermediate > 0) */
     const char *shared_gate;     /* e.g. "shared_expert_gate"; NULL: the shared expert ungated */

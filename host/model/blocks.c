@@ -196,9 +196,9 @@ static bool check_moe(lh_build *b, const char *w, const lh_moe_spec *s)
     return moe_name_ok(b, w, "router", s->router, true) &&
            moe_name_ok(b, w, "correction_bias", s->correction_bias, false) &&
            moe_name_ok(b, w, "experts", s->experts, true) &&
-           moe_name_ok(b, w, "gate_proj", s->gate_proj, true) &&
-           moe_name_ok(b, w, "up_proj", s->up_proj, true) &&
-           moe_name_ok(b, w, "down_proj", s->down_proj, true) &&
+           moe_name_ok(b, w, "gate_linear", s->gate_linear, true) &&
+           moe_name_ok(b, w, "up_linear", s->up_linear, true) &&
+           moe_name_ok(b, w, "down_linear", s->down_linear, true) &&
            moe_name_ok(b, w, "shared", s->shared, s->shared_intermediate > 0) &&
            moe_name_ok(b, w, "shared_gate", s->shared_gate, false);
 }
@@ -206,9 +206,9 @@ static bool check_moe(lh_build *b, const char *w, const lh_moe_spec *s)
 /* gate / up [inter, hidden] and down [hidden, inter] under `parent` */
 static void add_gated(lh_build *b, lh_module *parent, const lh_moe_spec *s, int64_t inter)
 {
-    lh_build_add_linear(b, parent, s->gate_proj, s->hidden, inter, false);
-    lh_build_add_linear(b, parent, s->up_proj, s->hidden, inter, false);
-    lh_build_add_linear(b, parent, s->down_proj, inter, s->hidden, false);
+    lh_build_add_linear(b, parent, s->gate_linear, s->hidden, inter, false);
+    lh_build_add_linear(b, parent, s->up_linear, s->hidden, inter, false);
+    lh_build_add_linear(b, parent, s->down_linear, inter, s->hidden, false);
 }
 
 static const char *arena_name(lh_build *b, const char *s)
@@ -239,9 +239,9 @@ lh_module *lh_build_add_moe(lh_build *b, lh_module *parent, const char *name,
     s->router = arena_name(b, spec->router);
     s->correction_bias = arena_name(b, spec->correction_bias);
     s->experts = arena_name(b, spec->experts);
-    s->gate_proj = arena_name(b, spec->gate_proj);
-    s->up_proj = arena_name(b, spec->up_proj);
-    s->down_proj = arena_name(b, spec->down_proj);
+    s->gate_linear = arena_name(b, spec->gate_linear);
+    s->up_linear = arena_name(b, spec->up_linear);
+    s->down_linear = arena_name(b, spec->down_linear);
     s->shared = arena_name(b, spec->shared);
     s->shared_gate = arena_name(b, spec->shared_gate);
     lh_module *m = lh_tree_add_module(b, parent, name, LH_MOD_MOE);

@@ -61,7 +61,7 @@ lh_status lh_runner_init_moe(lh_runner *r, const lh_model *m, lh_err *err)
         x->router = find(r, "%s.%s.weight", name, s->router);
         x->bias = s->correction_bias ? find(r, "%s.%s.%s", name, s->router, s->correction_bias)
                                      : NULL;
-        const char *proj[3] = {s->gate_proj, s->up_proj, s->down_proj};
+        const char *proj[3] = {s->gate_linear, s->up_linear, s->down_linear};
         for (int64_t e = 0; e < s->n_experts; e++)
             for (int k = 0; k < 3; k++)
                 x->w[3 * e + k] = find(r, "%s.%s.%" PRId64 ".%s.weight", name, s->experts, e,
@@ -96,6 +96,7 @@ void lh_runner_free_moe(lh_runner *r)
     free(r->moes);
     if (r->moe_buf)
         lh_k_free(r->kctx, r->moe_buf);
+    free(r->moe_host);
 }
 
 const lh_moe_ref *lh_runner_moe(lh_bind *bd, const char *fmt, ...)
@@ -193,52 +194,56 @@ lh_status lh_runner_moe_ffn(lh_fwd *f, const lh_moe_ref *m, const lh_tensor *x, 
     const size_t o_g = o_y + al((size_t)(T * H)), o_u = o_g + al((size_t)(T * wide));
     const size_t o_s = o_u + al((size_t)(T * wide)), total = o_s + al((size_t)T);
     float *mem = moe_mem(f, total * sizeof(float));
-    /* host: ids, weights [T * K], per-expert rows and scales, counts */
-    int32_t *ids = malloc((size_t)(T * K) * sizeof *ids);
-    float *wts = malloc((size_t)(T * K) * sizeof *wts), *sc = malloc((size_t)T * sizeof *sc);
-    int64_t *rows = malloc((size_t)T * sizeof *rows), *cnt = calloc((size_t)E + 1, sizeof *cnt);
-    int64_t *order = malloc((size_t)(T * K) * sizeof *order);
-    if (!mem || !ids || !wts || !sc || !rows || !cnt || !order) {
+    /* host (the runner's, grown on demand, so a step allocates nothing once it has run at
+     * its size): order, rows [T * K | T] and counts, cursors [E + 1 | E] as int64; ids [T * K];
+     * weights [T * K] and scales [T] */
+    const size_t TK = (size_t)(T * K), n64 = TK + (size_t)T + 2 * (size_t)E + 1;
+    const size_t hbytes = n64 * 8 + TK * 4 + (TK + (size_t)T) * 4;
+    lh_runner *r = f->r;
+    if (mem && r->moe_host_bytes < hbytes) {
+        void *p = realloc(r->moe_host, hbytes);
+        if (p) {
+            r->moe_host = p;
+            r->moe_host_bytes = hbytes;
+        }
+    }
+    if (!mem || r->moe_host_bytes < hbytes) {
         if (mem)
             lh_runner_fwd_fail(f, LH_E_NOMEM, "moe_ffn %s: out of host memory (%lld tokens)",
                                m->module, (long long)T);
-        goto done;
+        return f->err->code;
     }
+    int64_t *order = r->moe_host, *rows = order + TK, *cnt = rows + T, *at = cnt + E + 1;
+    int32_t *ids = (int32_t *)(at + E);
+    float *wts = (float *)(ids + TK), *sc = wts + TK;
+    memset(cnt, 0, ((size_t)E + 1) * sizeof *cnt);
     lh_tensor logits = view2(f, mem, T, E);
     lh_runner_linear(f, x, m->router, NULL, &logits);
     if (f->err->code != LH_OK)
-        goto done;
+        return f->err->code;
     lh_status st = lh_k_moe_route(f->kctx, &logits, m->bias ? &m->bias->t : NULL, &s->route, ids,
                                   wts);
     if (st != LH_OK) {
         lh_runner_fwd_fail(f, st, "moe %s: %s", m->module, lh_k_last_error(f->kctx));
-        goto done;
+        return f->err->code;
     }
     /* (token, slot) pairs by expert, tokens ascending within each: a counting sort */
     for (int64_t i = 0; i < T * K; i++) {
         if (ids[i] < 0 || ids[i] >= E) { /* the kernel's contract; never trusted blindly */
             lh_runner_fwd_fail(f, LH_E_INTERNAL, "moe %s: routing returned expert %d of %lld",
                                m->module, (int)ids[i], (long long)E);
-            goto done;
+            return f->err->code;
         }
         cnt[ids[i] + 1]++;
     }
     for (int64_t e = 0; e < E; e++)
         cnt[e + 1] += cnt[e];
-    {
-        int64_t *at = malloc((size_t)E * sizeof *at);
-        if (!at) {
-            lh_runner_fwd_fail(f, LH_E_NOMEM, "moe_ffn %s: out of host memory", m->module);
-            goto done;
-        }
-        memcpy(at, cnt, (size_t)E * sizeof *at);
-        for (int64_t i = 0; i < T * K; i++)
-            order[at[ids[i]]++] = i;
-        free(at);
-    }
+    memcpy(at, cnt, (size_t)E * sizeof *at);
+    for (int64_t i = 0; i < T * K; i++)
+        order[at[ids[i]]++] = i;
     if ((st = lh_k_memzero(f->kctx, out->data, (size_t)(T * H) * sizeof(float))) != LH_OK) {
         lh_runner_fwd_fail(f, st, "moe %s: %s", m->module, lh_k_last_error(f->kctx));
-        goto done;
+        return f->err->code;
     }
     for (int64_t e = 0; e < E && f->err->code == LH_OK; e++) {
         const int64_t n = cnt[e + 1] - cnt[e];
@@ -283,12 +288,5 @@ lh_status lh_runner_moe_ffn(lh_fwd *f, const lh_moe_ref *m, const lh_tensor *x, 
             lh_runner_add(f, out, &ys);
         }
     }
-done:
-    free(ids);
-    free(wts);
-    free(sc);
-    free(rows);
-    free(cnt);
-    free(order);
     return f->err->code;
 }

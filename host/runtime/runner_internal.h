@@ -89,6 +89,8 @@ struct lh_runner {
     int64_t n_moes;
     void *moe_buf;
     size_t moe_buf_bytes;
+    void *moe_host; /* the blocks' host-side routing tables, grown on demand */
+    size_t moe_host_bytes;
     /* row views the plugin's bind made (weight_rows), each allocated once */
     lh_weight **views;
     int64_t n_views;

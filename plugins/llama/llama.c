@@ -36,9 +36,9 @@ static bool mixtral_moe(const lh_host_api *api, const lh_model_config *cfg, int6
         .act = LH_ACT_SILU,
         .router = "gate",
         .experts = "experts",
-        .gate_proj = "w1",
-        .up_proj = "w3",
-        .down_proj = "w2",
+        .gate_linear = "w1",
+        .up_linear = "w3",
+        .down_linear = "w2",
     };
     *name = "block_sparse_moe";
     return true;

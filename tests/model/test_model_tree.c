@@ -880,8 +880,8 @@ static lh_moe_spec small_moe(void)
     return (lh_moe_spec){.struct_size = sizeof(lh_moe_spec), .hidden = 8, .n_experts = 4,
                          .expert_intermediate = 16,
                          .route = {.top_k = 2, .scoring = LH_K_MOE_SOFTMAX, .scale = 1.0f},
-                         .router = "gate", .experts = "experts", .gate_proj = "g",
-                         .up_proj = "u", .down_proj = "d"};
+                         .router = "gate", .experts = "experts", .gate_linear = "g",
+                         .up_linear = "u", .down_linear = "d"};
 }
 #define MOE_CASE(NAME, EDIT)                                                                      \
     static lh_status NAME(const lh_host_api *api, lh_build *b)                                    \
@@ -895,11 +895,11 @@ MOE_CASE(c_moe_top_k, s.route.top_k = 5)
 MOE_CASE(c_moe_experts, s.n_experts = 0)
 MOE_CASE(c_moe_groups, (s.route.n_group = 2, s.route.topk_group = 1, s.route.top_k = 3))
 MOE_CASE(c_moe_width, s.expert_intermediate = 0)
-MOE_CASE(c_moe_name, s.up_proj = "")
+MOE_CASE(c_moe_name, s.up_linear = "")
 MOE_CASE(c_moe_shared, s.shared_intermediate = 32)
 MOE_CASE(c_moe_size, s.struct_size = 8)
 MOE_CASE(c_moe_scale, s.route.scale = -1.0f)
-MOE_CASE(c_moe_dup, s.up_proj = "g")
+MOE_CASE(c_moe_dup, s.up_linear = "g")
 MOE_CASE(c_moe_gate_alone, s.shared_gate = "sg")
 MOE_CASE(c_moe_group_score, (s.route.n_group = 2, s.route.topk_group = 1, s.route.top_k = 2,
                              s.route.group_score = (lh_k_moe_group_score)7))
@@ -1059,7 +1059,7 @@ static void test_build_errors(void)
          "moe 'mlp': shared_gate 'sg' without a shared expert"},
         {"moe group score", c_moe_group_score, LH_E_USAGE, "(group score 7) cannot choose"},
         {"moe width", c_moe_width, LH_E_USAGE, "expert_intermediate 0 must be > 0"},
-        {"moe name", c_moe_name, LH_E_USAGE, "moe 'mlp': up_proj must be a non-empty name"},
+        {"moe name", c_moe_name, LH_E_USAGE, "moe 'mlp': up_linear must be a non-empty name"},
         {"moe shared", c_moe_shared, LH_E_USAGE, "moe 'mlp': shared must be a non-empty name"},
         {"moe spec size", c_moe_size, LH_E_USAGE, "spec struct_size is smaller than the SDK's"},
         {"moe scale", c_moe_scale, LH_E_USAGE, "scale -1 and renorm_eps 0 must be finite"},
@@ -1649,6 +1649,58 @@ static void test_plugin_deepseek(void)
     CU_ASSERT_EQUAL(p.num_attention_layers, 61);
     printf("\n    deepseek-v3: %lld parameters, %lld active", (long long)p.parameters,
            (long long)p.active_parameters);
+    /* what transformers' modeling does not do is refused, by name */
+    static const struct {
+        const char *edit, *needle;
+        bool v3;
+    } bad[] = {
+        {"\"topk_method\":\"noaux_tc\"", "topk_method 'noaux_tc' is not part of DeepSeek-V2", false},
+        {"\"scoring_func\":\"sigmoid\"", "scoring_func 'sigmoid': DeepSeek-V2 scores with softmax",
+         false},
+        {"\"moe_layer_freq\":2", "moe_layer_freq 2", true},
+        {"\"scoring_func\":\"softmax\"", "DeepSeek-V3 scores with sigmoid", true},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *base = bad[i].v3 ? DEEPSEEK_V3 : DEEPSEEK_V2_LITE;
+        char json[4096];
+        /* the edit replaces the config's own key: drop it, then append */
+        const char *key_end = strchr(bad[i].edit + 1, '"');
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)(key_end - bad[i].edit + 1), bad[i].edit);
+        const char *at = strstr(base, key);
+        if (at) {
+            const char *comma = strchr(at, ',');
+            snprintf(json, sizeof json, "%.*s%s", (int)(at - base), base, comma + 1);
+        } else {
+            snprintf(json, sizeof json, "%s", base);
+        }
+        char *close = strrchr(json, '}');
+        snprintf(close, sizeof json - (size_t)(close - json), ",%s}", bad[i].edit);
+        lh_model_config *cfg = load_cfg(NULL, json);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+        lh_model *m = NULL;
+        lh_err err = {0};
+        CU_ASSERT_EQUAL(lh_model_build(&api, bad[i].v3 ? ds3 : ds2, cfg, NULL, &m, &err),
+                        LH_E_UNSUPPORTED);
+        if (!strstr(err.msg, bad[i].needle))
+            printf("\n    want \"%s\"\n    got  \"%s\"", bad[i].needle, err.msg);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, bad[i].needle));
+        lh_model_free(m);
+        lh_model_config_free(cfg);
+    }
+    /* V2 without num_experts_per_tok (transformers has no default for it) */
+    char json[4096];
+    const char *at = strstr(DEEPSEEK_V2_LITE, "\"num_experts_per_tok\"");
+    snprintf(json, sizeof json, "%.*s%s", (int)(at - DEEPSEEK_V2_LITE), DEEPSEEK_V2_LITE,
+             strchr(at, ',') + 1);
+    lh_model_config *cfg = load_cfg(NULL, json);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg);
+    lh_model *m = NULL;
+    lh_err err = {0};
+    CU_ASSERT_EQUAL(lh_model_build(&api, ds2, cfg, NULL, &m, &err), LH_E_CONFIG);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "num_experts_per_tok"));
+    lh_model_free(m);
+    lh_model_config_free(cfg);
 }
 
 

@@ -184,6 +184,13 @@ static void test_missing_attention_layer(void)
                       "add_attention; nearest: 'model.layers.0.self_attn')");
 }
 
+static void test_missing_moe_block(void)
+{
+    expect_open_fails(ARCH, "missing_moe", LH_E_USAGE,
+                      "bind asked for the MoE block 'model.layers.0.mlp', which the model's tree "
+                      "does not have (0 blocks built by add_moe)");
+}
+
 /* ---- 4. what bind reports about the forward pass ---------------------------------------------- */
 
 static void test_bad_forward_info(void)
@@ -334,6 +341,7 @@ static void test_block_arguments(void)
                        ARCH ": scratch [0, 64]: dimensions must be > 0 and their product "
                        "representable");
     expect_logits_fail("linear_null", LH_E_USAGE, ARCH ": layer 0: linear: NULL weight");
+    expect_logits_fail("moe_null", LH_E_USAGE, ARCH ": layer 0: moe_ffn: NULL block");
     expect_logits_fail("act_invalid", LH_E_USAGE,
                        ARCH ": layer 0: act_mul: activation 7 is not an lh_activation");
     expect_logits_fail("act_silu", LH_E_UNSUPPORTED,
@@ -391,6 +399,7 @@ static CU_TestInfo tests[] = {
     {"bind asking for a parameter the tree lacks names it", test_missing_parameter},
     {"bind asking for an attention layer not in the table names it",
      test_missing_attention_layer},
+    {"bind asking for a MoE block the tree lacks names it", test_missing_moe_block},
     {"bind reporting vocab_size 0 / negative scratch names the numbers", test_bad_forward_info},
     {"more scratch requests than declared names both counts", test_scratch_requests},
     {"more scratch bytes than declared names the bytes", test_scratch_bytes},

@@ -14,6 +14,7 @@
  * Cases (bind):
  *   missing_weight      asks for model.layers.1.self_attn.qkv_proj.weight (not in the tree)
  *   missing_attention   asks for the attention layer model.layers.2.self_attn (2 layers only)
+ *   missing_moe         asks for the MoE block model.layers.0.mlp (a dense tree has none)
  *   vocab_zero          reports vocab_size 0
  *   scratch_negative    reports scratch_bytes_per_token -1
  *   rows_outside        a valid row view of layer 0's q_proj, then rows [48, 80) of it (64 rows)
@@ -35,6 +36,7 @@
  *   fwd_silent          returns LH_E_IO without recording a message
  *   linear_shape        linear of layer 0's q_proj on h cut to [2T, 32]
  *   linear_null         linear with a NULL weight
+ *   moe_null            moe_ffn with a NULL block
  *   scratch_empty       a scratch tensor [0, hidden]
  *   act_invalid         act_mul with activation 7 (no lh_activation)
  *   act_silu            the ungated act with LH_ACT_SILU (gated only)
@@ -53,6 +55,8 @@ typedef enum fb_case {
     FB_GOOD,
     FB_MISSING_WEIGHT,
     FB_MISSING_ATTENTION,
+    FB_MISSING_MOE,
+    FB_MOE_NULL,
     FB_VOCAB_ZERO,
     FB_SCRATCH_NEGATIVE,
     FB_ROWS_OUTSIDE,
@@ -86,6 +90,8 @@ static const struct {
     {"good", FB_GOOD},
     {"missing_weight", FB_MISSING_WEIGHT},
     {"missing_attention", FB_MISSING_ATTENTION},
+    {"missing_moe", FB_MISSING_MOE},
+    {"moe_null", FB_MOE_NULL},
     {"vocab_zero", FB_VOCAB_ZERO},
     {"scratch_negative", FB_SCRATCH_NEGATIVE},
     {"rows_outside", FB_ROWS_OUTSIDE},
@@ -199,6 +205,9 @@ static lh_status fb_bind(const lh_host_api *api, lh_bind *bd, const lh_model_con
     case FB_MISSING_ATTENTION:
         api->attention(bd, "model.layers.%" PRId64 ".self_attn", m->n_layers);
         break;
+    case FB_MISSING_MOE:
+        api->moe(bd, "model.layers.%d.mlp", 0);
+        break;
     case FB_ROWS_OUTSIDE: {
         /* a good view first: the failing bind must free it too */
         const lh_weight *ok = api->weight_rows(bd, m->layers[0].wq, 0, 16);
@@ -293,6 +302,8 @@ static lh_status fb_forward(void *model, const lh_host_api *api, lh_fwd *f)
         }
         if (m->c == FB_LINEAR_NULL)
             api->linear(f, &h, NULL, NULL, &q);
+        if (m->c == FB_MOE_NULL)
+            api->moe_ffn(f, NULL, &h, &proj);
         api->linear(f, &h, L->wq, NULL, &q);
         api->linear(f, &h, L->wk, NULL, &k);
         api->linear(f, &h, L->wv, NULL, &v);
