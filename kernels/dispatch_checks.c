@@ -155,3 +155,71 @@ bool lh_kd_same_shape(const lh_tensor *a, const lh_tensor *b)
             return false;
     return true;
 }
+
+const char *lh_kd_stride_str(const lh_tensor *t, char *buf, size_t size)
+{
+    return stride_str(t, buf, size);
+}
+
+/* lh_kd_check_layout's rules with strides instead of contiguity. The span bound (elements,
+ * INT64_MAX / 8, as the element count above) keeps every offset a kernel forms, and the byte
+ * extent of the overlap checks, free of overflow. */
+lh_status lh_kd_check_view(lh_kctx *ctx, const char *fn, const char *arg, const lh_tensor *t,
+                           int ndim_lo, int ndim_hi, unsigned dtypes)
+{
+    if (!t)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: %s is NULL", fn, arg);
+    if (t->device.kind != ctx->device.kind || t->device.index != ctx->device.index)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: %s is on %s, but the context is on %s (copy it with "
+                       "lh_k_copy first)", fn, arg, device_str(t->device, (char[32]){0}, 32),
+                       device_str(ctx->device, (char[32]){0}, 32));
+    if (t->ndim < ndim_lo || t->ndim > ndim_hi) {
+        if (ndim_lo == ndim_hi)
+            return lh_kerr(ctx, LH_E_USAGE, "%s: %s must have %d dims (got ndim %d)", fn, arg,
+                           ndim_lo, t->ndim);
+        return lh_kerr(ctx, LH_E_USAGE, "%s: %s must have %d to %d dims (got ndim %d)", fn, arg,
+                       ndim_lo, ndim_hi, t->ndim);
+    }
+    if ((int)t->dtype <= LH_DTYPE_INVALID || (int)t->dtype >= LH_DTYPE_COUNT_)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: %s has an invalid dtype (%d)", fn, arg, (int)t->dtype);
+    if (!(dtypes & (1u << t->dtype)))
+        return lh_kerr(ctx, LH_E_UNSUPPORTED, "%s: %s %s has dtype %s; supported: %s", fn, arg,
+                       LH_KD_SH(t), lh_kd_dt_name(t->dtype),
+                       dt_set_name(dtypes, (char[160]){0}, 160));
+    const int64_t limit = INT64_MAX / 8;
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0)
+            return lh_kerr(ctx, LH_E_USAGE, "%s: %s has a negative dimension %s", fn, arg,
+                           LH_KD_SH(t));
+        if (t->shape[i] && n > limit / t->shape[i])
+            return lh_kerr(ctx, LH_E_USAGE, "%s: %s %s has too many elements", fn, arg,
+                           LH_KD_SH(t));
+        n *= t->shape[i];
+    }
+    if (n > 0 && !t->data)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: %s %s has no data (NULL)", fn, arg, LH_KD_SH(t));
+    const int last = t->ndim - 1;
+    if (t->shape[last] > 1 && t->stride[last] != 1)
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "%s: %s %s has strides %s; its last dim must be contiguous (stride[%d] "
+                       "must be 1)",
+                       fn, arg, LH_KD_SH(t), LH_KD_ST(t), last);
+    int64_t span = 1;
+    for (int i = 0; i < last; i++) {
+        if (t->stride[i] < 0)
+            return lh_kerr(ctx, LH_E_USAGE,
+                           "%s: %s %s has strides %s; stride[%d] must be >= 0 (0: a broadcast)",
+                           fn, arg, LH_KD_SH(t), LH_KD_ST(t), i);
+        if (t->shape[i] > 1 && t->stride[i] > (limit - span) / (t->shape[i] - 1))
+            return lh_kerr(ctx, LH_E_USAGE, "%s: %s %s with strides %s spans too many elements",
+                           fn, arg, LH_KD_SH(t), LH_KD_ST(t));
+        if (t->shape[i] > 1)
+            span += (t->shape[i] - 1) * t->stride[i];
+    }
+    /* the last dim adds shape - 1 elements to the span: below limit as n is */
+    if (n > 0 && t->shape[last] - 1 > limit - span)
+        return lh_kerr(ctx, LH_E_USAGE, "%s: %s %s with strides %s spans too many elements", fn,
+                       arg, LH_KD_SH(t), LH_KD_ST(t));
+    return LH_OK;
+}

@@ -52,4 +52,14 @@ bool lh_kd_overlaps(const lh_tensor *a, const lh_tensor *b);
 /* Same rank and dims. */
 bool lh_kd_same_shape(const lh_tensor *a, const lh_tensor *b);
 
+/* Strided views (lh_k_matmul_heads, lh_k_copy_view; lh_kernels.h "views"). check_view: NULL,
+ * device, rank in [ndim_lo, ndim_hi], dtype in `dtypes`, shape sanity, data pointer, the last
+ * dim contiguous (stride 1 where it has more than one element), every other stride >= 0, and
+ * a span that fits in int64 bytes. */
+lh_status lh_kd_check_view(lh_kctx *ctx, const char *fn, const char *arg, const lh_tensor *t,
+                           int ndim_lo, int ndim_hi, unsigned dtypes);
+/* "[8, 1]": a tensor's strides, for messages */
+const char *lh_kd_stride_str(const lh_tensor *t, char *buf, size_t size);
+#define LH_KD_ST(t) lh_kd_stride_str((t), (char[96]){0}, 96)
+
 #endif

@@ -47,6 +47,14 @@ static lh_status summaries_view(lh_kctx *ctx, const char *fn, const lh_kv_pages 
     return LH_OK;
 }
 
+/* Whether the pool's v is its k (multi-head latent attention caches one latent for keys and
+ * values): the same data. pages_view accepts that only with the same dtype (and, fp8, the same
+ * scales); any other overlap of k and v is an error there. */
+static bool pool_shared(const lh_kv_pages *kv)
+{
+    return kv->k.data != NULL && kv->k.data == kv->v.data;
+}
+
 /* Checks the pool and reads its geometry. */
 static lh_status pages_view(lh_kctx *ctx, const char *fn, const lh_kv_pages *kv, lh_cpu_pages *pv)
 {
@@ -77,8 +85,17 @@ static lh_status pages_view(lh_kctx *ctx, const char *fn, const lh_kv_pages *kv,
         return lh_kerr(ctx, LH_E_USAGE,
                        "%s: kv.k %s has more blocks than an int32 block table can name", fn,
                        LH_KD_SH(&kv->k));
-    if (lh_kd_overlaps(&kv->k, &kv->v))
-        return lh_kerr(ctx, LH_E_USAGE, "%s: kv.k and kv.v overlap", fn);
+    const bool shared = pool_shared(kv);
+    if (shared && kv->k.dtype != kv->v.dtype)
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "%s: kv.v shares kv.k's data but has dtype %s, not kv.k's %s (a pool "
+                       "whose v is its k has one dtype)",
+                       fn, lh_kd_dt_name(kv->v.dtype), lh_kd_dt_name(kv->k.dtype));
+    if (!shared && lh_kd_overlaps(&kv->k, &kv->v))
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "%s: kv.k and kv.v overlap (a pool whose v is its k gives the same tensor "
+                       "for both)",
+                       fn);
     pv->block_elems = pv->block_size * pv->kv_heads * pv->head_dim;
     pv->tok_stride = kv->layout == LH_KV_NHD ? pv->kv_heads * pv->head_dim : pv->head_dim;
     pv->head_stride = kv->layout == LH_KV_NHD ? pv->head_dim : pv->block_size * pv->head_dim;
@@ -105,7 +122,13 @@ static lh_status pages_view(lh_kctx *ctx, const char *fn, const lh_kv_pages *kv,
         else
             pv->v_scale = kv->v_scale.data;
     }
-    if (pv->k_scale && pv->v_scale && lh_kd_overlaps(&kv->k_scale, &kv->v_scale))
+    /* one latent has one set of scales: the write rescales it once, for the keys */
+    if (shared && pv->k_scale && pv->k_scale != pv->v_scale)
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "%s: kv.v is kv.k (fp8), but kv.v_scale is not kv.k_scale (a pool whose v "
+                       "is its k has one set of scales)",
+                       fn);
+    if (!shared && pv->k_scale && pv->v_scale && lh_kd_overlaps(&kv->k_scale, &kv->v_scale))
         return lh_kerr(ctx, LH_E_USAGE, "%s: the fp8 scales kv.k_scale and kv.v_scale overlap", fn);
     return summaries_view(ctx, fn, kv, pv);
 }
@@ -445,11 +468,31 @@ LH_EXPORT lh_status lh_k_paged_attention_batch(lh_kctx *ctx, const lh_tensor *q,
 
 /* ---- KV write ---------------------------------------------------------------------------- */
 
-/* k and v [T, kv_heads, head_dim] f32. */
-static lh_status write_tensors(lh_kctx *ctx, const char *fn, const lh_cpu_pages *pv,
-                               const lh_tensor *k, const lh_tensor *v)
+/* k and v [T, kv_heads, head_dim] f32; v NULL (keys only) exactly when the pool's v is its k.
+ * Values given for such a pool would overwrite the keys they share memory with. */
+static lh_status write_tensors(lh_kctx *ctx, const char *fn, const lh_kv_pages *kv,
+                               const lh_cpu_pages *pv, const lh_tensor *k, const lh_tensor *v)
 {
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "k", k, 3, 3, LH_KD_F32));
+    const bool shared = pool_shared(kv);
+    if (!v) {
+        if (!shared)
+            return lh_kerr(ctx, LH_E_USAGE,
+                           "%s: v is NULL, but the pool's kv.v is not its kv.k (keys only is for "
+                           "a pool whose v is its k: the same data, dtype, shape and scales)",
+                           fn);
+        if (k->shape[1] != pv->kv_heads || k->shape[2] != pv->head_dim)
+            return lh_kerr(ctx, LH_E_USAGE,
+                           "%s: k %s must be [n, %" PRId64 ", %" PRId64
+                           "] (kv heads and head_dim of the pool)",
+                           fn, LH_KD_SH(k), pv->kv_heads, pv->head_dim);
+        return LH_OK;
+    }
+    if (shared)
+        return lh_kerr(ctx, LH_E_USAGE,
+                       "%s: the pool's kv.v is its kv.k (one latent for keys and values): pass v "
+                       "NULL, only the keys are written",
+                       fn);
     LH_KD_CHECK(lh_kd_check_tensor(ctx, fn, "v", v, 3, 3, LH_KD_F32));
     if (!lh_kd_same_shape(k, v) || k->shape[1] != pv->kv_heads || k->shape[2] != pv->head_dim)
         return lh_kerr(ctx, LH_E_USAGE,
@@ -525,7 +568,7 @@ LH_EXPORT lh_status lh_k_paged_kv_write(lh_kctx *ctx, const lh_kv_pages *kv,
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     lh_cpu_pages pv;
     LH_KD_CHECK(pages_view(ctx, fn, kv, &pv));
-    LH_KD_CHECK(write_tensors(ctx, fn, &pv, k, v));
+    LH_KD_CHECK(write_tensors(ctx, fn, kv, &pv, k, v));
     int64_t n = k->shape[0];
     if (start < 0 || n_table < 0)
         return lh_kerr(ctx, LH_E_USAGE, "%s: start %" PRId64 " or n_table %" PRId64 " is negative",
@@ -549,8 +592,9 @@ LH_EXPORT lh_status lh_k_paged_kv_write(lh_kctx *ctx, const lh_kv_pages *kv,
     const lh_cpu_batch cb = {1, &zero, &n, &kv_len, NULL, tables};
     LH_KD_CHECK(check_blocks_distinct(ctx, fn, true, &cb, &pv));
     LH_KD_CHECK(check_bounds(ctx, fn, &cb, pv.block_size));
-    return LH_KD_ON_DEVICE(ctx, LH_CUDA(paged_kv_write)(ctx, fn, &pv, &cb, k->data, v->data, NULL),
-                           lh_cpu_paged_kv_write(ctx, fn, &pv, &cb, k->data, v->data, NULL));
+    const float *vd = v ? v->data : NULL; /* NULL: keys only (the pool's v is its k) */
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(paged_kv_write)(ctx, fn, &pv, &cb, k->data, vd, NULL),
+                           lh_cpu_paged_kv_write(ctx, fn, &pv, &cb, k->data, vd, NULL));
 }
 
 LH_EXPORT lh_status lh_k_paged_kv_write_batch(lh_kctx *ctx, const lh_kv_pages *kv,
@@ -561,12 +605,12 @@ LH_EXPORT lh_status lh_k_paged_kv_write_batch(lh_kctx *ctx, const lh_kv_pages *k
     LH_KD_CHECK(lh_kd_begin(ctx, fn));
     lh_cpu_pages pv;
     LH_KD_CHECK(pages_view(ctx, fn, kv, &pv));
-    LH_KD_CHECK(write_tensors(ctx, fn, &pv, k, v));
+    LH_KD_CHECK(write_tensors(ctx, fn, kv, &pv, k, v));
     LH_KD_CHECK(check_rope(ctx, fn, rope, pv.head_dim));
     lh_cpu_batch cb;
     LH_KD_CHECK(batch_view(ctx, fn, b, &cb));
     const int64_t T = k->shape[0], bs = pv.block_size;
-    LH_KD_CHECK(batch_seq_basics(ctx, fn, b, T, "k and v"));
+    LH_KD_CHECK(batch_seq_basics(ctx, fn, b, T, v ? "k and v" : "k"));
     LH_KD_CHECK(check_rows_disjoint(ctx, fn, b));
     for (int64_t s = 0; s < b->n_seqs; s++) {
         const int64_t n = b->n_new[s], len = b->kv_len[s], nb = b->n_blocks[s];
@@ -607,6 +651,7 @@ LH_EXPORT lh_status lh_k_paged_kv_write_batch(lh_kctx *ctx, const lh_kv_pages *k
         return lh_kerr(ctx, LH_E_USAGE, "%s: k or v overlaps the pool", fn);
     LH_KD_CHECK(check_blocks_distinct(ctx, fn, false, &cb, &pv));
     LH_KD_CHECK(check_bounds(ctx, fn, &cb, pv.block_size));
-    return LH_KD_ON_DEVICE(ctx, LH_CUDA(paged_kv_write)(ctx, fn, &pv, &cb, k->data, v->data, rope),
-                           lh_cpu_paged_kv_write(ctx, fn, &pv, &cb, k->data, v->data, rope));
+    const float *vd = v ? v->data : NULL; /* NULL: keys only (the pool's v is its k) */
+    return LH_KD_ON_DEVICE(ctx, LH_CUDA(paged_kv_write)(ctx, fn, &pv, &cb, k->data, vd, rope),
+                           lh_cpu_paged_kv_write(ctx, fn, &pv, &cb, k->data, vd, rope));
 }

@@ -109,7 +109,57 @@ typedef struct lh_attn_forward_args {
     /* Set when the geometry says fused_rope: the RoPE table to rotate q and k with, at the
      * step's positions (dynamic scaling: sequence length ctx_len[s] + n_new[s]). */
     const struct lh_rope *rope;
+    /* --- ABI 3.3: multi-head latent attention (geometry.mla) ---
+     * kv_b: the layer's up-projection from the latent, [num_heads * (qk_nope_head_dim +
+     * v_head_dim), kv_lora_rank] f32, bf16 or f16 on kctx's device: for head h, rows
+     * h * (qk_nope_head_dim + v_head_dim) + [0, qk_nope_head_dim) map the latent to its
+     * keys' nope dims (W_UK), the next v_head_dim rows to its values (W_UV).
+     * workspace: device memory for the call, workspace_bytes >= lh_attn_mla_workspace_bytes
+     * (below) for the step's n_tokens, 256-byte aligned; NULL for other layers. */
+    const lh_tensor *kv_b;
+    void *workspace;
+    size_t workspace_bytes;
 } lh_attn_forward_args;
+
+/* Whether kv_b is what an MLA layer of geometry g reads: a contiguous f32, bf16 or f16
+ * [num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank] tensor. */
+static inline bool lh_attn_mla_kv_b_ok(const lh_attn_geometry *g, const lh_tensor *w)
+{
+    return w && w->data && w->ndim == 2 &&
+           (w->dtype == LH_DTYPE_F32 || w->dtype == LH_DTYPE_BF16 ||
+            w->dtype == LH_DTYPE_F16) &&
+           w->shape[0] == g->num_heads * (g->qk_nope_head_dim + g->v_head_dim) &&
+           w->shape[1] == g->kv_lora_rank && w->stride[1] == 1 && w->stride[0] == w->shape[1];
+}
+
+/* Whether forward's tensors have an MLA layer's shapes for T tokens: q [T, H, qk head],
+ * k (the compressed KV) [T, 1, kv_lora_rank], v (the rope key) [T, 1, qk_rope_head_dim],
+ * out [T, H, v_head_dim]. */
+static inline bool lh_attn_mla_shapes_ok(const lh_attn_geometry *g, int64_t T,
+                                         const lh_tensor *q, const lh_tensor *k,
+                                         const lh_tensor *v, const lh_tensor *out)
+{
+    const lh_tensor *t[4] = {q, k, v, out};
+    const int64_t heads[4] = {g->num_heads, 1, 1, g->num_heads};
+    const int64_t dims[4] = {g->head_dim, g->kv_lora_rank, g->qk_rope_head_dim, g->v_head_dim};
+    for (int i = 0; i < 4; i++)
+        if (!t[i] || t[i]->ndim != 3 || t[i]->shape[0] != T || t[i]->shape[1] != heads[i] ||
+            t[i]->shape[2] != dims[i])
+            return false;
+    return true;
+}
+
+/* The working memory an MLA layer's forward may use for n_tokens tokens: room for the
+ * latent (kv_lora_rank + qk_rope_head_dim) and two [n_tokens, num_heads, width] tensors of the widest per-head row it builds
+ * (the absorbed query and output, kv_lora_rank + qk_rope_head_dim, or an expanded query,
+ * qk_nope_head_dim + qk_rope_head_dim), in f32. */
+static inline size_t lh_attn_mla_workspace_bytes(const lh_attn_geometry *g, int64_t n_tokens)
+{
+    const int64_t lat = g->kv_lora_rank + g->qk_rope_head_dim;
+    const int64_t qk = g->qk_nope_head_dim + g->qk_rope_head_dim;
+    const int64_t wide = lat > qk ? lat : qk;
+    return (size_t)n_tokens * (size_t)(lat + 2 * g->num_heads * wide) * sizeof(float);
+}
 
 typedef struct lh_attn_layer lh_attn_layer; /* a backend's per-layer instance */
 
@@ -122,7 +172,13 @@ typedef struct lh_attn_ops {
     lh_status (*prepare)(lh_attn_layer *layer, const lh_attn_step *step, lh_error *err);
     /* q [T, H, D], k and v [T, KVH, D] f32 for the step's new tokens (RoPE already applied
      * unless the geometry says fused_rope); appends k, v to the cache and writes
-     * out [T, H, D]. q and k may be modified (rotated in place). The tensors are on kctx's
+     * out [T, H, D].
+     * An MLA layer (geometry.mla) gets instead q [T, H, qk_nope_head_dim + qk_rope_head_dim]
+     * (each head's nope dims, then its rope dims), k the compressed KV [T, 1, kv_lora_rank]
+     * (normalized), v the key's rope dims shared by all heads [T, 1, qk_rope_head_dim],
+     * args->kv_b and args->workspace, and writes out [T, H, v_head_dim]; q and v arrive
+     * unrotated and the backend rotates their rope dims with args->rope (NULL: no RoPE),
+     * whatever fused_rope says. q and k may be modified (rotated in place). The tensors are on kctx's
      * device. With CUDA graphs (a backend with LH_ATTN_CAP_PAGED_KV on a CUDA context) the
      * host may call forward more than once for the same step -- a dry run that only checks and
      * stages, then a capture -- so forward must not change the backend's own host-side state;

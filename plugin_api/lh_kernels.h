@@ -258,6 +258,11 @@ typedef struct lh_rope {
     /* Owned copies of scaling.short_factor and scaling.long_factor (2 * n_factors doubles,
      * short first); NULL when n_factors is 0. */
     double *factors;
+    /* Interleaved pairs (GPT-J, DeepSeek's rope_interleave): rotary dims (2i, 2i + 1) rotate
+     * by frequency i instead of (i, i + rotary_dim / 2). lh_k_rope_init sets false; the
+     * caller sets it after init. Every kernel that takes an lh_rope honours it: lh_k_rope_apply
+     * and the fused rotations of the paged kernels, CPU and CUDA, bit for bit alike. */
+    bool interleaved;
 } lh_rope;
 /* Fills rope (inv_freq malloc'ed). Unknown scaling kind -> LH_E_UNSUPPORTED naming it; the
  * message is read with lh_k_last_error(NULL). Free with lh_k_rope_free.
@@ -407,8 +412,11 @@ LH_EXPORT lh_status lh_k_paged_attention(lh_kctx *ctx, const lh_tensor *q, const
  * normal), so a stored value is within 2^-4 |x| + 2^-9 * scale of the value written. Values
  * must be finite. Keys and values are stored in their own dtypes; the key summaries, when
  * the pool keeps them, are maintained (see lh_kv_pages). The touched logical blocks must be
- * distinct physical blocks. Errors: LH_E_USAGE (nothing written), LH_E_UNSUPPORTED (dtype,
- * device). */
+ * distinct physical blocks.
+ * One latent for keys and values (multi-head latent attention): a pool whose v is its k (the
+ * same data, dtype, shape and scales) caches one tensor; then v is NULL and only the keys
+ * (and their summaries) are written. v NULL for any other pool is LH_E_USAGE.
+ * Errors: LH_E_USAGE (nothing written), LH_E_UNSUPPORTED (dtype, device). */
 LH_EXPORT lh_status lh_k_paged_kv_write(lh_kctx *ctx, const lh_kv_pages *kv,
                                         const int32_t *block_table, int64_t n_table,
                                         int64_t start, const lh_tensor *k, const lh_tensor *v);
@@ -456,7 +464,8 @@ LH_EXPORT lh_status lh_k_paged_attention_batch(lh_kctx *ctx, const lh_tensor *q,
  * conversion; reset when the write starts at the block's first token). Every physical block
  * the call touches must be touched by one sequence only (sequences use disjoint blocks).
  * Results equal writing each sequence with lh_k_paged_kv_write (after lh_k_rope_apply),
- * byte for byte. Errors: as lh_k_paged_kv_write, naming the sequence; nothing is written
+ * byte for byte. v NULL: keys only, for a pool whose v is its k (as lh_k_paged_kv_write).
+ * Errors: as lh_k_paged_kv_write, naming the sequence; nothing is written
  * when a check fails. */
 LH_EXPORT lh_status lh_k_paged_kv_write_batch(lh_kctx *ctx, const lh_kv_pages *kv,
                                               const lh_paged_batch *b, const lh_tensor *k,
@@ -626,6 +635,51 @@ LH_EXPORT lh_status lh_k_copy(lh_kctx *ctx, lh_tensor *dst, const lh_tensor *src
  * device; rows (host) in [0, R). */
 LH_EXPORT lh_status lh_k_gather_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *rows,
                                      int64_t n, lh_tensor *dst);
+
+/* ---- per-head linear maps and strided copies (multi-head latent attention) ----------------
+ *
+ * Both take views into larger tensors: a view's last dimension is contiguous (stride 1 when
+ * it has more than one element); its other strides are element counts >= 0 (0 repeats one
+ * row, a broadcast). An output view's elements must be distinct (its dimensions of size > 1,
+ * ordered by stride, each step at least the span of the dimensions inside it: row-major and
+ * permuted layouts alike), and its byte span must not overlap any input's. Tensors on the
+ * context's device. */
+
+/* A [d0, d1, d2] view of elements of dt, `offset` elements into data on dev, planes s0 and
+ * rows s1 elements apart, the last dimension contiguous (a head's slice of a packed
+ * activation, the per-head row blocks of a fused weight). Header-only. */
+static inline lh_tensor lh_k_view3(lh_dtype dt, const void *data, int64_t offset, lh_device dev,
+                                   int64_t d0, int64_t d1, int64_t d2, int64_t s0, int64_t s1)
+{
+    const int64_t shape[3] = {d0, d1, d2};
+    lh_tensor t = lh_tensor_cpu(dt, (char *)(uintptr_t)data + lh_k_dtype_bytes(dt, offset), 3,
+                                shape);
+    t.stride[0] = s0;
+    t.stride[1] = s1;
+    t.device = dev;
+    return t;
+}
+
+/* For every t < T and h < H:
+ *   w_kn false: y[t, h, :] = x[t, h, :] @ w[h]^T   (w [H, N, K]: each head's rows as
+ *                                                   lh_k_matmul's w)
+ *   w_kn true:  y[t, h, :] = x[t, h, :] @ w[h]     (w [H, K, N])
+ * x [T, H, K] and y [T, H, N] f32 views; w a 3-dim f32, bf16 or f16 view (its heads may lie
+ * anywhere in a larger weight: the per-head row blocks of a fused projection, stride[0] >=
+ * 0, stride[1] >= its last dim). Each y element is summed over k in an order that depends on
+ * neither the thread count nor T (on the CPU, per ISA); on a CUDA context within
+ * 2 K 2^-24 sum |x w| of the CPU. With w_kn false each y[t, h, :] is bit-identical to
+ * lh_k_matmul of that x row and w[h] on the f32 path (the AMX bf16 tiles of a prompt aside).
+ * Errors: LH_E_USAGE (NULL, dims, shapes that disagree, strides, overlaps, naming the tensor),
+ * LH_E_UNSUPPORTED (x or y not f32; another w dtype: a block-quantized weight goes through
+ * lh_k_dequantize first, an int8 / int4 / fp8 one through lh_k_dequantize_scaled). */
+LH_EXPORT lh_status lh_k_matmul_heads(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w,
+                                      bool w_kn, lh_tensor *y);
+/* dst = src, f32 views of the same shape (1 to 4 dims) on the context's device; src may
+ * broadcast (stride 0) and may not overlap dst. Errors: LH_E_USAGE (dtype, shapes, strides,
+ * overlap). */
+LH_EXPORT lh_status lh_k_copy_view(lh_kctx *ctx, lh_tensor *dst, const lh_tensor *src);
+
 /* Waits until everything queued on ctx is done; reports a deferred device fault. CPU: no-op. */
 LH_EXPORT lh_status lh_k_sync(lh_kctx *ctx);
 

@@ -47,7 +47,10 @@ typedef struct lh_attention_spec {
      * max_position_embeddings. */
     int64_t max_positions;
     /* Multi-head latent attention: the cached width per token is kv_lora_rank +
-     * qk_rope_head_dim (latent), not 2 x kv_heads x head_dim. */
+     * qk_rope_head_dim (latent), not 2 x kv_heads x head_dim. head_dim is the query / key
+     * head (qk_nope_head_dim + qk_rope_head_dim; 0 means that sum), the RoPE table rotates
+     * qk_rope_head_dim dims (rotary_dim is set to it), scale 0 means 1 / sqrt(head_dim), and
+     * the forward block is attend_mla, not attend (lh_plugin.h). */
     bool mla;
     bool has_q_lora_rank;
     int64_t q_lora_rank;
@@ -61,6 +64,10 @@ typedef struct lh_attention_spec {
     /* Attention-logit soft-capping (Gemma 2): scores = cap * tanh(scores / cap) before the
      * mask and softmax; needs a backend with LH_ATTN_CAP_SOFTCAP. 0: none. */
     double logit_softcap;
+    /* --- ABI 3.3 --- */
+    /* RoPE pairs dims (2i, 2i + 1) of the rotary part (GPT-J; DeepSeek's rope_interleave)
+     * instead of (i, i + rotary_dim / 2). */
+    bool rope_interleaved;
 } lh_attention_spec;
 
 /* How a parameter may be stored once the quant config has been applied. */

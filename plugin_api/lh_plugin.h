@@ -31,7 +31,7 @@ extern "C" {
 
 #define LH_PLUGIN_MAGIC 0x504d484cu /* "LHMP" little-endian */
 #define LH_PLUGIN_ABI_MAJOR 3
-#define LH_PLUGIN_ABI_MINOR 2
+#define LH_PLUGIN_ABI_MINOR 3
 #define LH_PLUGIN_ENTRY_SYMBOL "lh_plugin_entry"
 
 typedef struct lh_host_api lh_host_api;
@@ -300,6 +300,23 @@ struct lh_host_api {
     const lh_moe_ref *(*moe)(lh_bind *bd, const char *fmt, ...) LH_PRINTF(2, 3);
     /* out [T, hidden] = the block applied to x [T, hidden] (out must not alias x). */
     lh_status (*moe_ffn)(lh_fwd *f, const lh_moe_ref *m, const lh_tensor *x, lh_tensor *out);
+
+    /* ---- ABI 3.3: multi-head latent attention (lh_attention_spec.mla) ------------------- */
+    /* Attention of MLA layer `a` through the selected backend (which needs LH_ATTN_CAP_MLA):
+     * q [T, heads * (qk_nope_head_dim + qk_rope_head_dim)] as the query projection gives it
+     * (per head: nope dims, then rope dims), kv_c [T, kv_lora_rank] the compressed KV after
+     * its norm, k_rope [T, qk_rope_head_dim] the key's rope dims shared by all heads; q and
+     * k_rope unrotated: the backend applies the layer's RoPE; kv_b the up-projection
+     * [heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank] (per head: key rows, then value
+     * rows), a weight with a plain f32 / bf16 / f16 tensor (add it as LH_PARAM_PLAIN: a
+     * quantized one is refused); out [T, heads * v_head_dim]. The backend caches the latent
+     * (paged: the host's pool holds kv_lora_rank + qk_rope_head_dim values per token and
+     * layer) and attends as it chooses (vanilla expands keys and values per head; paged
+     * absorbs kv_b into the query and the output). Errors (sticky): LH_E_USAGE for a layer
+     * that is not MLA (and attend on one that is), shapes, a kv_b without a plain float
+     * tensor; the backend's status and message. */
+    lh_status (*attend_mla)(lh_fwd *f, const lh_attn_ref *a, lh_tensor *q, lh_tensor *kv_c,
+                            lh_tensor *k_rope, const lh_weight *kv_b, lh_tensor *out);
 };
 
 #define LH_API_HAS(api, field) \

@@ -302,9 +302,56 @@ MODELS += [
                 "top 4 of 16 experts (32 wide), renormalized; q/k norm, head_dim 32, GQA 4/2, "
                 "float32."),
 ]
+# Multi-head latent attention with mixtures of experts (issue 16): DeepSeek-V2 (queries not
+# compressed, as V2-Lite; softmax routing, greedy top-k, never renormalized) and DeepSeek-V3
+# (q_lora_rank, sigmoid scores with a correction bias for the choice, group-limited top-k,
+# renormalized, routed scaling, yarn with mscale / mscale_all_dim).
+MLA_BASE = dict(kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=24,
+                moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+                num_hidden_layers=3)
+MODELS += [
+    dict(name="deepseek-v2-f32", model_type="deepseek_v2", dtype="float32", seed=1028,
+         config=dict(MLA_BASE, q_lora_rank=None, n_routed_experts=8, num_experts_per_tok=2,
+                     topk_method="greedy", routed_scaling_factor=1.0, norm_topk_prob=False,
+                     rope_parameters=dict(rope_type="default", rope_theta=10000.0)),
+         covers="DeepSeek-V2 (DeepseekV2ForCausalLM) as V2-Lite: multi-head latent attention "
+                "without query compression (q_proj), a 32-wide KV latent plus an 8-dim shared "
+                "rope key, per head 16 nope + 8 rope query/key dims and 24 value dims, RoPE on "
+                "interleaved pairs; layer 0 a dense 128-wide MLP, layers 1-2 top 2 of 8 experts "
+                "(32 wide) by softmax score, not renormalized, plus one shared expert; float32."),
+    dict(name="deepseek-v3-f32", model_type="deepseek_v3", dtype="float32", seed=1029,
+         config=dict(MLA_BASE, q_lora_rank=48, n_routed_experts=16, num_experts_per_tok=4,
+                     n_group=4, topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True,
+                     rope_interleave=True,
+                     rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                          original_max_position_embeddings=64, beta_fast=32.0,
+                                          beta_slow=1.0, mscale=1.0, mscale_all_dim=0.8)),
+         covers="DeepSeek-V3 (DeepseekV3ForCausalLM): multi-head latent attention with query "
+                "compression (q_a_proj 48, q_a_layernorm, q_b_proj), the KV latent as "
+                "deepseek-v2-f32, interleaved RoPE with yarn (factor 4 over 64 positions, "
+                "mscale 1, mscale_all_dim 0.8: cos/sin scaled by their ratio, the softmax scale "
+                "by mscale_all_dim's square); layer 0 dense, layers 1-2 route by sigmoid score "
+                "plus a random e_score_correction_bias (for the choice only), 2 of 4 groups "
+                "(scored by their two best), top 4 of 16, renormalized, times 2.5, plus one "
+                "shared expert; float32."),
+]
+MODELS += [
+    dict(name="deepseek-v3-bf16", model_type="deepseek_v3", dtype="bfloat16", seed=1030,
+         config=dict(MLA_BASE, q_lora_rank=48, n_routed_experts=16, num_experts_per_tok=4,
+                     n_group=4, topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True,
+                     rope_interleave=True, vocab_size=512,
+                     rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                          original_max_position_embeddings=64, beta_fast=32.0,
+                                          beta_slow=1.0, mscale=1.0, mscale_all_dim=0.8)),
+         covers="DeepSeek-V3 as deepseek-v3-f32 in bfloat16 (vocabulary 512: fewer exact ties "
+                "among bf16 logits); kv_b_proj stays bf16 and is read per head in place."),
+]
 # Minimum gap between the top_k-th and the next router score at every routed token: below it
 # a last-bit difference could pick another expert.
 MOE_MIN_ROUTER_GAP = 1e-4
+# Largest bf16-vs-f32 logit gap of a bf16 MoE fixture (DeepSeek): beyond it the bf16 run chose
+# other experts somewhere (the dense bf16 fixtures' gaps reach 0.21).
+MOE_BF16_MAX_GAP = 0.3
 
 # transformers' model types whose RMSNorm scales by (1 + w)
 OFFSET_NORM_TYPES = ("gemma", "gemma2", "gemma3_text")
@@ -365,15 +412,25 @@ def init_weights(model, seed, emb_std, norm_offset=0.0):
             else:
                 raise RuntimeError(f"unhandled parameter {name} {tuple(shape)}")
             p.copy_(w.to(p.dtype))
+        # DeepSeek-V3's correction bias (a buffer, zero at init): random, so that it matters
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_((0.2 * torch.randn(b.shape, generator=g)).to(b.dtype))
 
 
-MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe")
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 
 
 def impl_kwargs(spec):
     """MoE models run their experts one at a time (transformers' eager loop: ascending
     expert order, index_add of the weighted outputs), which also runs in float64."""
     return {"experts_implementation": "eager"} if spec["model_type"] in MOE_TYPES else {}
+
+
+def spec_is_moe(model):
+    """The f32 copy's routers join the gap check only for the families added with it
+    (DeepSeek): the committed Mixtral bf16 fixture was drawn before, and stays as drawn."""
+    return model.config.model_type in ("deepseek_v2", "deepseek_v3")
 
 
 def make_model(spec, seed):
@@ -466,17 +523,49 @@ class RouterGaps:
     def __init__(self, model):
         self.min_gap = math.inf
         self.handles = []
+        self.attach(model)
+
+    def attach(self, model):
+        """Also watch another model's routers (the f32 copy of a bf16 model: its routing is
+        the reference the engine's f32 compute must reproduce)."""
         for m in model.modules():
-            if type(m).__name__.endswith("TopKRouter"):
+            name = type(m).__name__
+            if name.endswith("TopKRouter") or name.endswith("TopkRouter"):
                 self.handles.append(m.register_forward_hook(self.hook))
+
+    @staticmethod
+    def boundary_gap(scores, k):
+        if k >= scores.shape[-1]:
+            return math.inf
+        v = torch.sort(scores, dim=-1, descending=True).values
+        return float((v[:, k - 1] - v[:, k]).min())
 
     def hook(self, module, inputs, output):
         logits = output[0] if isinstance(output, tuple) else output
-        p = torch.softmax(logits.float(), dim=-1)
+        logits = logits.float()
         k = module.top_k
-        if k < p.shape[-1]:
-            v = torch.sort(p, dim=-1, descending=True).values
-            self.min_gap = min(self.min_gap, float((v[:, k - 1] - v[:, k]).min()))
+        name = type(module).__name__
+        if name.startswith("DeepseekV3"):
+            # the choice: sigmoid + correction bias, within the best topk_group groups (each
+            # scored by its two best)
+            choice = logits.sigmoid() + module.e_score_correction_bias.float()
+            groups, per = module.num_group, choice.shape[-1] // module.num_group
+            gs = choice.view(-1, groups, per).topk(2, dim=-1)[0].sum(dim=-1)
+            self.min_gap = min(self.min_gap, self.boundary_gap(gs, module.topk_group))
+            keep = torch.zeros_like(gs).scatter_(1, gs.topk(module.topk_group, dim=-1)[1], 1)
+            mask = keep.unsqueeze(-1).expand(-1, groups, per).reshape(choice.shape).bool()
+            p = choice.masked_fill(~mask, -1e30)
+        elif name.startswith("DeepseekV2") and module.topk_method == "group_limited_greedy":
+            sc = torch.softmax(logits, dim=-1)
+            groups, per = module.num_group, sc.shape[-1] // module.num_group
+            gs = sc.view(-1, groups, per).max(dim=-1).values
+            self.min_gap = min(self.min_gap, self.boundary_gap(gs, module.topk_group))
+            keep = torch.zeros_like(gs).scatter_(1, gs.topk(module.topk_group, dim=-1)[1], 1)
+            mask = keep.unsqueeze(-1).expand(-1, groups, per).reshape(sc.shape).bool()
+            p = sc.masked_fill(~mask, 0.0)
+        else:
+            p = torch.softmax(logits, dim=-1)
+        self.min_gap = min(self.min_gap, self.boundary_gap(p, k))
 
     def close(self):
         for h in self.handles:
@@ -521,13 +610,15 @@ def legacy_config(cfg):
     return dict(sorted(d.items()))
 
 
-def compute_all(model, prompts, is_bf16):
+def compute_all(model, prompts, is_bf16, gaps=None):
     res = {"logits": [prompt_logits(model, p) for p in prompts]}
     gm = [greedy(model, p) for p in prompts]
     res["greedy"] = [t for t, _ in gm]
     res["margins"] = [m for _, m in gm]
     if is_bf16:
         mf = copy.deepcopy(model).float()
+        if gaps is not None and spec_is_moe(model):
+            gaps.attach(mf)
         res["logits_f32"] = [prompt_logits(mf, p) for p in prompts]
         gf = [greedy(mf, p) for p in prompts]
         res["greedy_f32"] = [t for t, _ in gf]
@@ -576,7 +667,7 @@ def generate_one(spec, out_dir, verify):
         model = make_model(spec, seed)
         prompts = make_prompts(spec, spec["seed"], model.config.vocab_size)
         gaps = RouterGaps(model)
-        res = compute_all(model, prompts, is_bf16)
+        res = compute_all(model, prompts, is_bf16, gaps)
         gaps.close()
         ok, why = acceptable(
             res["greedy_f32"] if is_bf16 else res["greedy"],
@@ -588,6 +679,12 @@ def generate_one(spec, out_dir, verify):
             d = [len(set(t)) for t in res["greedy"]]
             if min(d) < MIN_DISTINCT:
                 ok, why = False, "bf16 greedy collapsed"
+        if is_bf16 and ok and spec_is_moe(model):
+            # transformers' own bf16 run must route as its f32 run does, or comparing the
+            # engine (f32 compute) with it measures expert flips, not rounding
+            gap = max(float(np.abs(a - b).max()) for a, b in zip(res["logits"], res["logits_f32"]))
+            if gap > MOE_BF16_MAX_GAP:
+                ok, why = False, f"bf16 vs f32 logits {gap:.3g} (routing differs)"
         if ok:
             break
         tries.append(f"seed {seed}: {why}")

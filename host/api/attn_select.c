@@ -311,16 +311,19 @@ static lh_status decide_kv(const lh_run_config *rc, const lh_model_config *cfg,
             if (st != LH_OK)
                 return st;
         }
-        lh_status st = lh_kv_plan_compute(&rc->kv_cache, g->num_hidden_layers,
-                                          g->num_key_value_heads, g->head_dim, rc->sparse.enabled,
-                                          out->max_seq_len, seqs, on_device ? &budget : NULL, pl,
-                                          err);
+        /* MLA: one latent per token and layer (DESIGN 8), not per-head keys and values */
+        const int64_t heads = g->has_mla ? 1 : g->num_key_value_heads;
+        const int64_t dim = g->has_mla ? g->kv_lora_rank + g->qk_rope_head_dim : g->head_dim;
+        lh_status st = lh_kv_plan_compute(&rc->kv_cache, g->num_hidden_layers, heads, dim,
+                                          rc->sparse.enabled, g->has_mla, out->max_seq_len, seqs,
+                                          on_device ? &budget : NULL, pl, err);
         if (st != LH_OK)
             return st;
         out->has_kv_plan = true;
         const lh_kv_plan plan = *pl;
-        kv = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:s}", "manager",
-                       "host block pool (paged)", "k_dtype", kv_dtype_str(plan.k_dtype),
+        kv = json_pack("{s:s,s:b,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:b,s:s}", "manager",
+                       "host block pool (paged)", "latent", plan.latent,
+                       "k_dtype", kv_dtype_str(plan.k_dtype),
                        "v_dtype", kv_dtype_str(plan.v_dtype), "layout",
                        plan.layout == LH_KV_HND ? "HND" : "NHD", "block_size",
                        (json_int_t)plan.block_size, "bytes_per_token",
@@ -330,8 +333,12 @@ static lh_status decide_kv(const lh_run_config *rc, const lh_model_config *cfg,
                        "pool_bytes", (json_int_t)plan.pool_bytes, "block_summaries",
                        plan.summaries, "sized_by", plan.sized_by);
     } else {
-        const int64_t per_tok = g->num_hidden_layers * 2 * g->num_key_value_heads * g->head_dim *
-                                (int64_t)sizeof(float);
+        /* the reference backend expands an MLA layer's keys and values per head */
+        const int64_t kv_width =
+            g->has_mla ? g->num_attention_heads *
+                             (g->qk_nope_head_dim + g->qk_rope_head_dim + g->v_head_dim)
+                       : 2 * g->num_key_value_heads * g->head_dim;
+        const int64_t per_tok = g->num_hidden_layers * kv_width * (int64_t)sizeof(float);
         kv = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I}", "manager",
                        "the backend's own (contiguous per sequence, grown to max_seq_len)",
                        "k_dtype", kv_dtype_str(LH_DTYPE_F32), "v_dtype",

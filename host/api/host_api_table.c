@@ -153,6 +153,7 @@ static const lh_host_api host_api = {
     .add_moe = lh_build_add_moe,
     .moe = lh_runner_moe,
     .moe_ffn = lh_runner_moe_ffn,
+    .attend_mla = lh_runner_attend_mla,
 };
 
 const lh_host_api *lh_host_api_table(void)

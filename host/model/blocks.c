@@ -6,6 +6,7 @@
 #include "lh_kernels.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -253,11 +254,15 @@ lh_module *lh_build_add_moe(lh_build *b, lh_module *parent, const char *name,
     const int64_t rshape[2] = {s->n_experts, s->hidden};
     lh_module *router = module_with_param(b, m, s->router, LH_MOD_CUSTOM, 2, rshape,
                                           LH_PARAM_PLAIN);
+    if (router && router->params)
+        router->params->stored_float = true;
     if (router && s->correction_bias) {
         lh_param *cb = lh_tree_add_param(b, router, s->correction_bias, 1, &s->n_experts,
                                          LH_PARAM_PLAIN);
-        if (cb)
+        if (cb) {
             cb->is_buffer = true;
+            cb->stored_float = true;
+        }
     }
     lh_module *experts = lh_tree_add_module(b, m, s->experts, LH_MOD_EXPERTS);
     if (experts)
@@ -338,8 +343,27 @@ static bool check_spec(lh_build *b, const char *w, lh_attention_spec *s)
                      s->qk_rope_head_dim, s->q_lora_rank);
             return spec_fail(b, w, msg);
         }
+        /* every head has its own keys and values once expanded from the latent */
         if (s->num_kv_heads == 0)
             s->num_kv_heads = s->num_heads;
+        const int64_t qk = s->qk_nope_head_dim + s->qk_rope_head_dim;
+        if (s->head_dim == 0)
+            s->head_dim = qk;
+        if (s->head_dim != qk || s->num_kv_heads != s->num_heads || s->num_heads <= 0) {
+            snprintf(msg, sizeof msg,
+                     "MLA needs head_dim %" PRId64 " = qk_nope_head_dim + qk_rope_head_dim (%"
+                     PRId64 ") and num_kv_heads %" PRId64 " = num_heads %" PRId64 " > 0",
+                     s->head_dim, qk, s->num_kv_heads, s->num_heads);
+            return spec_fail(b, w, msg);
+        }
+        if (s->rope && (s->qk_rope_head_dim < 2 || s->qk_rope_head_dim % 2 != 0)) {
+            snprintf(msg, sizeof msg, "MLA with RoPE needs an even qk_rope_head_dim >= 2 (got %"
+                     PRId64 ")", s->qk_rope_head_dim);
+            return spec_fail(b, w, msg);
+        }
+        s->rotary_dim = s->rope ? s->qk_rope_head_dim : 0;
+        if (s->scale == 0.0)
+            s->scale = 1.0 / sqrt((double)s->head_dim);
         return true;
     }
     if (s->num_kv_heads == 0)
@@ -395,15 +419,18 @@ lh_module *lh_build_add_attention(lh_build *b, lh_module *parent, const char *na
         spec_fail(b, w, "NULL spec");
         return NULL;
     }
-    if (spec->struct_size < sizeof(lh_attention_spec)) {
+    /* a plugin built against ABI 3.2 has no rope_interleaved: those fields read as zero */
+    const size_t min_size = offsetof(lh_attention_spec, rope_interleaved);
+    if (spec->struct_size < min_size) {
         char msg[128];
         snprintf(msg, sizeof msg, "spec struct_size %u is smaller than %zu",
-                 (unsigned)spec->struct_size, sizeof(lh_attention_spec));
+                 (unsigned)spec->struct_size, min_size);
         spec_fail(b, w, msg);
         return NULL;
     }
     lh_attention_spec s;
-    memcpy(&s, spec, sizeof s);
+    memset(&s, 0, sizeof s);
+    memcpy(&s, spec, spec->struct_size < sizeof s ? spec->struct_size : sizeof s);
     s.struct_size = (uint32_t)sizeof s;
     if (!check_spec(b, w, &s))
         return NULL;

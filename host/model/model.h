@@ -102,6 +102,8 @@ typedef struct lh_bind_stats {
     size_t quantized;      /* ... quantized at load (the quant config) into an owned buffer */
     size_t tied;           /* params sharing their tie source's data */
     size_t ignored;        /* checkpoint tensors deliberately unused (see bind rules) */
+    size_t stored_float;   /* params that keep their stored float dtype (MoE routers) bound
+                            * in it, whatever the model dtype (counted among the others too) */
     int64_t mapped_bytes;  /* bytes used in place */
     int64_t owned_bytes;   /* bytes of owned (converted or copied) buffers */
 } lh_bind_stats;

@@ -44,6 +44,11 @@ typedef struct lh_param {
     /* A tensor the checkpoint holds and the model reads that is no parameter (a MoE router's
      * e_score_correction_bias, a buffer in transformers): bytes, not parameters. */
     bool is_buffer;
+    /* Bound in the float dtype the checkpoint stores it in (f32, bf16 or f16), not converted
+     * to the model dtype: a MoE router and its correction bias, which transformers keeps in
+     * f32 in a bf16 model (DeepSeek's) and computes with in f32 -- rounding them to bf16
+     * could change which experts run. Planned in the model dtype until bound. */
+    bool stored_float;
 } lh_param;
 
 struct lh_module {

@@ -62,9 +62,10 @@ static part_sizes block_parts(const lh_kv_plan *p)
     const size_t elems = (size_t)p->block_size * (size_t)p->kv_heads * (size_t)p->head_dim;
     part_sizes s = {
         .k = elems * lh_k_dtype_bits(p->k_dtype) / 8,
-        .v = elems * lh_k_dtype_bits(p->v_dtype) / 8,
+        .v = p->latent ? 0 : elems * lh_k_dtype_bits(p->v_dtype) / 8,
         .k_scale = p->k_dtype == LH_DTYPE_FP8_E4M3 ? (size_t)p->kv_heads * sizeof(float) : 0,
-        .v_scale = p->v_dtype == LH_DTYPE_FP8_E4M3 ? (size_t)p->kv_heads * sizeof(float) : 0,
+        .v_scale = !p->latent && p->v_dtype == LH_DTYPE_FP8_E4M3
+                       ? (size_t)p->kv_heads * sizeof(float) : 0,
         .summary = p->summaries ? (size_t)p->kv_heads * (size_t)p->head_dim * sizeof(float) : 0,
     };
     return s;
@@ -77,7 +78,7 @@ static bool kv_dtype_ok(lh_dtype dt)
 }
 
 lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int64_t kv_heads,
-                             int64_t head_dim, bool summaries, int64_t max_seq_len,
+                             int64_t head_dim, bool summaries, bool latent, int64_t max_seq_len,
                              int64_t max_seqs, const lh_kv_mem_budget *budget, lh_kv_plan *out,
                              lh_err *err)
 {
@@ -105,6 +106,14 @@ lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int
         return lh_err_set(err, LH_E_CONFIG, "kv_cache: dtypes %s / %s; the KV cache holds f32, "
                           "bf16, f16 or fp8_e4m3", kv_dtype_name(p->k_dtype),
                           kv_dtype_name(p->v_dtype));
+    if (latent && kv->v_dtype != LH_DTYPE_INVALID && kv->v_dtype != p->k_dtype)
+        return lh_err_set(err, LH_E_CONFIG, "kv_cache.v_dtype %s differs from the keys' %s, but "
+                          "the model's multi-head latent attention caches one latent that "
+                          "serves as keys and values; leave v_dtype unset",
+                          kv_dtype_name(kv->v_dtype), kv_dtype_name(p->k_dtype));
+    if (latent)
+        p->v_dtype = p->k_dtype;
+    p->latent = latent;
     p->summaries = summaries;
     p->max_seqs = max_seqs;
     p->max_seq_len = max_seq_len;
@@ -115,7 +124,8 @@ lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int
     const size_t layer_block = s.k + s.v + s.k_scale + s.v_scale + 2 * s.summary;
     if (__builtin_mul_overflow((size_t)n_layers, layer_block, &p->block_bytes) ||
         __builtin_mul_overflow((size_t)n_layers * tok_elems,
-                               (size_t)(lh_k_dtype_bits(p->k_dtype) + lh_k_dtype_bits(p->v_dtype)),
+                               (size_t)(lh_k_dtype_bits(p->k_dtype) +
+                                        (latent ? 0 : lh_k_dtype_bits(p->v_dtype))),
                                &p->kv_bytes_per_token))
         return lh_err_set(err, LH_E_CONFIG, "KV cache: one block of %lld tokens over %lld layers "
                           "(%lld kv heads x head_dim %lld) overflows the address space",
@@ -290,6 +300,10 @@ lh_status lh_kv_cache_create(const lh_kv_plan *plan, lh_kctx *kctx, lh_kv_cache 
             kv->k_scale = pool_view(c, LH_DTYPE_F32, ptr[2], 2, sshape);
         if (ptr[3])
             kv->v_scale = pool_view(c, LH_DTYPE_F32, ptr[3], 2, sshape);
+        if (p->latent) { /* one tensor serves as keys and values */
+            kv->v = kv->k;
+            kv->v_scale = kv->k_scale;
+        }
         if (ptr[4]) {
             kv->k_min = pool_view(c, LH_DTYPE_F32, ptr[4], 3, mshape);
             kv->k_max = pool_view(c, LH_DTYPE_F32, ptr[5], 3, mshape);

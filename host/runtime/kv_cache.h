@@ -38,6 +38,10 @@ typedef struct lh_kv_plan {
     lh_kv_layout layout;
     lh_dtype k_dtype, v_dtype;
     bool summaries;           /* per-block key min/max for sparse selection */
+    /* multi-head latent attention: each layer caches one latent (kv_heads 1, head_dim
+     * kv_lora_rank + qk_rope_head_dim) that serves as keys and values: the pool's v is its k
+     * (lh_kv_pages), v_dtype is k_dtype and nothing is stored for values */
+    bool latent;
     int64_t max_seqs, max_seq_len;
     size_t kv_bytes_per_token; /* keys + values, all layers (scales and summaries excluded) */
     size_t block_bytes;        /* one block, all layers, everything included */
@@ -57,9 +61,9 @@ typedef struct lh_kv_mem_budget {
 /* Computes the pool for the run config's kv_cache (auto dtypes resolve to f32) and the model
  * geometry. Errors: LH_E_CONFIG (a pool that cannot hold one block, sizes that overflow,
  * memory_fraction without a readable MemAvailable or with no device memory left), naming the
- * setting. */
+ * setting; for a latent cache, a kv_cache.v_dtype other than the keys' dtype. */
 lh_status lh_kv_plan_compute(const lh_kv_cache_config *kv, int64_t n_layers, int64_t kv_heads,
-                             int64_t head_dim, bool summaries, int64_t max_seq_len,
+                             int64_t head_dim, bool summaries, bool latent, int64_t max_seq_len,
                              int64_t max_seqs, const lh_kv_mem_budget *budget, lh_kv_plan *out,
                              lh_err *err);
 

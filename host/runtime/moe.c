@@ -24,6 +24,11 @@ struct lh_moe_ref {
     char *module;           /* full name */
     const lh_moe_spec *spec; /* tree-owned */
     const lh_weight *router, *bias;
+    /* the correction bias as the routing kernel reads it: the bound f32 tensor, or an f32
+     * copy (bias_buf, the context's memory) of a bf16 / f16 one -- exact, as transformers
+     * promotes it when it adds it to the f32 scores */
+    lh_tensor bias_f32;
+    void *bias_buf;
     const lh_weight **w;    /* [3 * n_experts]: gate, up, down of each expert */
     const lh_weight *sh[3], *sh_gate;
 };
@@ -79,10 +84,26 @@ lh_status lh_runner_init_moe(lh_runner *r, const lh_model *m, lh_err *err)
         if (!ok)
             return lh_err_set(err, LH_E_INTERNAL, "%s: a parameter of the MoE block is not "
                               "among the bound weights", name);
-        if (x->bias && x->bias->t.dtype != LH_DTYPE_F32)
-            return lh_err_set(err, LH_E_UNSUPPORTED, "%s.%s.%s is %s; the routing kernel reads "
-                              "an f32 correction bias", name, s->router, s->correction_bias,
-                              lh_k_dtype_name(x->bias->t.dtype));
+        if (x->bias && x->bias->t.dtype == LH_DTYPE_F32) {
+            x->bias_f32 = x->bias->t;
+        } else if (x->bias) {
+            const lh_tensor *b = &x->bias->t;
+            const lh_dtype dt = b->dtype;
+            if ((dt != LH_DTYPE_BF16 && dt != LH_DTYPE_F16) || b->ndim != 1 || x->bias->scale.data)
+                return lh_err_set(err, LH_E_UNSUPPORTED, "%s.%s.%s is %s; the routing kernel "
+                                  "reads an f32 correction bias (bf16 and f16 are converted)",
+                                  name, s->router, s->correction_bias, lh_k_dtype_name(dt));
+            lh_status st = lh_k_alloc(r->kctx, (size_t)b->shape[0] * sizeof(float),
+                                      &x->bias_buf);
+            if (st == LH_OK) {
+                x->bias_f32 = lh_runner_view(b->device, LH_DTYPE_F32, x->bias_buf, 1, b->shape);
+                st = lh_k_convert(r->kctx, b, &x->bias_f32);
+            }
+            if (st != LH_OK)
+                return lh_err_set(err, st, "%s.%s.%s: converting the correction bias to f32: %s",
+                                  name, s->router, s->correction_bias,
+                                  lh_k_last_error(r->kctx));
+        }
     }
     return LH_OK;
 }
@@ -90,6 +111,8 @@ lh_status lh_runner_init_moe(lh_runner *r, const lh_model *m, lh_err *err)
 void lh_runner_free_moe(lh_runner *r)
 {
     for (int64_t i = 0; i < r->n_moes; i++) {
+        if (r->moes[i].bias_buf)
+            lh_k_free(r->kctx, r->moes[i].bias_buf);
         free(r->moes[i].module);
         free(r->moes[i].w);
     }
@@ -221,7 +244,7 @@ lh_status lh_runner_moe_ffn(lh_fwd *f, const lh_moe_ref *m, const lh_tensor *x, 
     lh_runner_linear(f, x, m->router, NULL, &logits);
     if (f->err->code != LH_OK)
         return f->err->code;
-    lh_status st = lh_k_moe_route(f->kctx, &logits, m->bias ? &m->bias->t : NULL, &s->route, ids,
+    lh_status st = lh_k_moe_route(f->kctx, &logits, m->bias ? &m->bias_f32 : NULL, &s->route, ids,
                                   wts);
     if (st != LH_OK) {
         lh_runner_fwd_fail(f, st, "moe %s: %s", m->module, lh_k_last_error(f->kctx));

@@ -258,6 +258,7 @@ static lh_status rope_for(lh_runner *r, const lh_attention_spec *s, const char *
     for (int64_t i = 0; i < r->n_ropes; i++) {
         const lh_rope *x = &r->ropes[i];
         if (x->rotary_dim == s->rotary_dim && x->theta == s->rope_theta &&
+            x->interleaved == s->rope_interleaved &&
             x->max_position_embeddings == s->max_positions &&
             same_scaling(&x->scaling, &s->rope_scaling)) {
             *out = x;
@@ -271,6 +272,7 @@ static lh_status rope_for(lh_runner *r, const lh_attention_spec *s, const char *
                           "scaling '%s'): %s", module, s->rope_theta,
                           s->rope_scaling.kind ? s->rope_scaling.kind : "default",
                           lh_k_last_error(NULL));
+    x->interleaved = s->rope_interleaved;
     r->n_ropes++;
     *out = x;
     return LH_OK;
@@ -278,35 +280,50 @@ static lh_status rope_for(lh_runner *r, const lh_attention_spec *s, const char *
 
 /* The host's KV cache for a paged backend: sized from kv_cache, one table pointer per slot.
  * Every layer shares the pool's geometry, so the layers must agree on it. */
+/* What a layer keeps per token in the pool: kv heads x dims of keys and of values, or one
+ * latent (MLA) that serves as both. */
+typedef struct kv_width {
+    int64_t heads, dim;
+    bool latent;
+} kv_width;
+
+static kv_width kv_width_of(const lh_attention_spec *s)
+{
+    if (s->mla)
+        return (kv_width){1, s->kv_lora_rank + s->qk_rope_head_dim, true};
+    return (kv_width){s->num_kv_heads, s->head_dim, false};
+}
+
 static lh_status init_kv_cache(lh_runner *r, const lh_attn_runtime *attn, lh_err *err)
 {
-    const lh_attention_spec *s0 = r->attn[0].spec;
+    const kv_width w0 = kv_width_of(r->attn[0].spec);
     for (int64_t i = 1; i < r->n_attn; i++) {
-        const lh_attention_spec *s = r->attn[i].spec;
-        if (s->num_kv_heads != s0->num_kv_heads || s->head_dim != s0->head_dim)
+        const kv_width w = kv_width_of(r->attn[i].spec);
+        if (w.heads != w0.heads || w.dim != w0.dim || w.latent != w0.latent)
             return lh_err_set(err, LH_E_UNSUPPORTED, "%s: attention layers of different KV "
-                              "geometry (%s: %lld kv heads x %lld, %s: %lld x %lld) are not "
+                              "geometry (%s: %lld kv heads x %lld%s, %s: %lld x %lld%s) are not "
                               "supported by the host's KV cache yet", r->arch, r->attn[0].module,
-                              (long long)s0->num_kv_heads, (long long)s0->head_dim,
-                              r->attn[i].module, (long long)s->num_kv_heads,
-                              (long long)s->head_dim);
+                              (long long)w0.heads, (long long)w0.dim, w0.latent ? " latent" : "",
+                              r->attn[i].module, (long long)w.heads, (long long)w.dim,
+                              w.latent ? " latent" : "");
     }
     lh_kv_plan plan;
     bool sparse = attn->sparse_top_k > 0 || attn->sparse_local_blocks > 0;
     lh_status st = LH_OK;
     if (attn->kv_plan) {
         plan = *attn->kv_plan;
-        if (plan.n_layers != r->n_attn || plan.kv_heads != s0->num_kv_heads ||
-            plan.head_dim != s0->head_dim || plan.max_seqs != r->max_seqs ||
-            plan.max_seq_len != r->max_seq_len || plan.summaries != sparse)
+        if (plan.n_layers != r->n_attn || plan.kv_heads != w0.heads ||
+            plan.head_dim != w0.dim || plan.latent != w0.latent ||
+            plan.max_seqs != r->max_seqs || plan.max_seq_len != r->max_seq_len ||
+            plan.summaries != sparse)
             return lh_err_set(err, LH_E_INTERNAL, "%s: the KV plan (%lld layers x %lld kv heads "
-                              "x %lld) does not match the model's attention layers (%lld x %lld "
-                              "x %lld)", r->arch, (long long)plan.n_layers,
+                              "x %lld%s) does not match the model's attention layers (%lld x "
+                              "%lld x %lld%s)", r->arch, (long long)plan.n_layers,
                               (long long)plan.kv_heads, (long long)plan.head_dim,
-                              (long long)r->n_attn, (long long)s0->num_kv_heads,
-                              (long long)s0->head_dim);
+                              plan.latent ? " latent" : "", (long long)r->n_attn,
+                              (long long)w0.heads, (long long)w0.dim, w0.latent ? " latent" : "");
     } else {
-        st = lh_kv_plan_compute(attn->kv, r->n_attn, s0->num_kv_heads, s0->head_dim, sparse,
+        st = lh_kv_plan_compute(attn->kv, r->n_attn, w0.heads, w0.dim, sparse, w0.latent,
                                 r->max_seq_len, r->max_seqs, NULL, &plan, err);
     }
     if (st == LH_OK)
@@ -370,7 +387,8 @@ static lh_status init_attention(lh_runner *r, const lh_model *m, const lh_attn_r
             .sparse_top_k = attn->sparse_top_k,
             .sparse_local_blocks = attn->sparse_local_blocks,
             /* a layer without RoPE has nothing to fuse */
-            .fused_rope = attn->fused_rope && a->rope,
+            /* an MLA backend rotates its own rearranged query and latent */
+            .fused_rope = attn->fused_rope && a->rope && !s->mla,
             .mla = s->mla,
             .has_q_lora_rank = s->has_q_lora_rank,
             .q_lora_rank = s->q_lora_rank,
@@ -380,6 +398,8 @@ static lh_status init_attention(lh_runner *r, const lh_model *m, const lh_attn_r
             .v_head_dim = s->v_head_dim,
             .logit_softcap = (float)s->logit_softcap,
         };
+        if (s->mla && lh_attn_mla_workspace_bytes(&ag, 1) > r->mla_ws_per_token)
+            r->mla_ws_per_token = lh_attn_mla_workspace_bytes(&ag, 1);
         lh_err aerr = {0};
         st = lh_create_attention(attn->provider, &ag, &a->layer, &aerr);
         if (st != LH_OK)
@@ -433,6 +453,7 @@ void lh_runner_free(lh_runner *r)
                 lh_k_graph_free(r->graph[i]);
     free(r->graph);
     dfree(r, &r->arena);
+    dfree(r, &r->mla_ws);
     dfree(r, (void **)&r->logits);
     for (int64_t i = 0; i < r->n_wbufs; i++)
         lh_k_free(r->kctx, r->wbufs[i]);
@@ -635,6 +656,33 @@ static lh_status reserve_arena(lh_runner *r, int64_t T, int64_t n_out, lh_err *e
     return LH_OK;
 }
 
+/* The MLA layers' working memory for a step of T tokens (none without MLA). Grown only, so
+ * a step size that has run before finds the same addresses (graph replays). */
+static lh_status reserve_mla(lh_runner *r, int64_t T, lh_err *err)
+{
+    if (r->mla_ws_per_token == 0)
+        return LH_OK;
+    if ((size_t)T > SIZE_MAX / 2 / r->mla_ws_per_token)
+        return lh_err_set(err, LH_E_NOMEM, "%s: the attention working memory of %lld tokens "
+                          "overflows", r->arch, (long long)T);
+    const size_t bytes = (size_t)T * r->mla_ws_per_token;
+    if (bytes <= r->mla_ws_bytes)
+        return LH_OK;
+    dfree(r, &r->mla_ws);
+    r->mla_ws_bytes = 0;
+    void *p = NULL;
+    lh_status st = lh_k_alloc(r->kctx, bytes, &p);
+    if (st != LH_OK) {
+        char dev[32];
+        return lh_err_set(err, st, "out of %s memory for the latent attention of %lld tokens "
+                          "(%zu bytes): %s", lh_runner_device_name(r->dev, dev, sizeof dev),
+                          (long long)T, bytes, lh_k_last_error(r->kctx));
+    }
+    r->mla_ws = p;
+    r->mla_ws_bytes = bytes;
+    return LH_OK;
+}
+
 static lh_status reserve_logits(lh_runner *r, int64_t rows, lh_err *err)
 {
     if (rows <= r->logit_rows)
@@ -741,6 +789,8 @@ lh_status lh_runner_forward_dev(lh_runner *r, lh_kctx *kctx, const lh_attn_step 
             return lh_err_set(err, LH_E_USAGE, "forward: logits row %lld outside the batch of "
                               "%lld tokens", (long long)out_rows[i], (long long)T);
     lh_status st = reserve_arena(r, T, n_out, err);
+    if (st == LH_OK)
+        st = reserve_mla(r, T, err);
     if (st == LH_OK && n_out > 0)
         st = reserve_logits(r, n_out, err);
     if (st != LH_OK)

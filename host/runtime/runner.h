@@ -127,6 +127,8 @@ lh_status lh_runner_act(lh_fwd *f, lh_activation act, const lh_tensor *x, lh_ten
 lh_status lh_runner_softcap(lh_fwd *f, lh_tensor *x, float cap);
 lh_status lh_runner_attend(lh_fwd *f, const lh_attn_ref *a, lh_tensor *q, lh_tensor *k,
                            lh_tensor *v, lh_tensor *out);
+lh_status lh_runner_attend_mla(lh_fwd *f, const lh_attn_ref *a, lh_tensor *q, lh_tensor *kv_c,
+                               lh_tensor *k_rope, const lh_weight *kv_b, lh_tensor *out);
 lh_tensor lh_runner_output_rows(lh_fwd *f, const lh_tensor *h);
 lh_tensor lh_runner_logits(lh_fwd *f);
 lh_status lh_runner_fwd_fail(lh_fwd *f, lh_status code, const char *fmt, ...) LH_PRINTF(3, 4);

@@ -471,6 +471,9 @@ lh_status lh_runner_attend(lh_fwd *f, const lh_attn_ref *a, lh_tensor *q, lh_ten
     if (!a)
         return lh_runner_fwd_fail(f, LH_E_USAGE, "attend: NULL attention layer");
     const lh_attention_spec *s = a->spec;
+    if (s->mla)
+        return lh_runner_fwd_fail(f, LH_E_USAGE, "attend: %s is multi-head latent attention "
+                                  "(use attend_mla)", a->module);
     const int64_t D = s->head_dim;
     lh_tensor q3, k3, v3, o3;
     if (!heads_view(f, "q", q, s->num_heads, D, &q3) ||
@@ -489,6 +492,55 @@ lh_status lh_runner_attend(lh_fwd *f, const lh_attn_ref *a, lh_tensor *q, lh_ten
     err.code = LH_OK;
     err.msg[0] = '\0';
     lh_status st = r->attn_ops->forward(a->layer, f->kctx, f->step, &args, &q3, &k3, &v3, &o3,
+                                        &err);
+    if (st != LH_OK)
+        return lh_runner_fwd_fail(f, st, "attention: %s", err.msg);
+    return LH_OK;
+}
+
+lh_status lh_runner_attend_mla(lh_fwd *f, const lh_attn_ref *a, lh_tensor *q, lh_tensor *kv_c,
+                               lh_tensor *k_rope, const lh_weight *kv_b, lh_tensor *out)
+{
+    if (!usable(f))
+        return f ? f->err->code : LH_E_USAGE;
+    if (!a || !kv_b)
+        return lh_runner_fwd_fail(f, LH_E_USAGE, "attend_mla: NULL %s",
+                                  !a ? "attention layer" : "kv_b weight");
+    const lh_attention_spec *s = a->spec;
+    if (!s->mla)
+        return lh_runner_fwd_fail(f, LH_E_USAGE, "attend_mla: %s is not multi-head latent "
+                                  "attention (use attend)", a->module);
+    const int64_t H = s->num_heads, rows = H * (s->qk_nope_head_dim + s->v_head_dim);
+    lh_tensor q3, c3, r3, o3;
+    if (!heads_view(f, "q", q, H, s->head_dim, &q3) ||
+        !heads_view(f, "kv_c", kv_c, 1, s->kv_lora_rank, &c3) ||
+        !heads_view(f, "k_rope", k_rope, 1, s->qk_rope_head_dim, &r3) ||
+        !heads_view(f, "out", out, H, s->v_head_dim, &o3))
+        return f->err->code;
+    /* the backends read kv_b per head through views: it needs a plain float tensor */
+    const lh_tensor *w = kv_b->scale.data ? NULL : &kv_b->t;
+    if (!w || (w->dtype != LH_DTYPE_F32 && w->dtype != LH_DTYPE_BF16 &&
+               w->dtype != LH_DTYPE_F16) ||
+        w->ndim != 2 || w->shape[0] != rows || w->shape[1] != s->kv_lora_rank)
+        return lh_runner_fwd_fail(
+            f, LH_E_USAGE, "attend_mla %s: kv_b (%s) must be a float32, bfloat16 or float16 "
+            "[%lld, %lld] weight (heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank); got "
+            "%s [%lld, %lld]%s", a->module, kv_b->name, (long long)rows,
+            (long long)s->kv_lora_rank, lh_k_dtype_name(kv_b->t.dtype),
+            (long long)kv_b->t.shape[0], (long long)(kv_b->t.ndim > 1 ? kv_b->t.shape[1] : 0),
+            kv_b->scale.data ? " with a separate scale (add it as a plain parameter)" : "");
+    lh_runner *r = f->r;
+    const int64_t T = f->step->n_tokens;
+    const lh_attn_forward_args args = {.struct_size = sizeof args,
+                                       .kv = r->kv ? lh_kv_cache_layer(r->kv, a->index) : NULL,
+                                       .rope = a->rope,
+                                       .kv_b = w,
+                                       .workspace = r->mla_ws,
+                                       .workspace_bytes = T > 0 ? r->mla_ws_bytes : 0};
+    lh_err err;
+    err.code = LH_OK;
+    err.msg[0] = '\0';
+    lh_status st = r->attn_ops->forward(a->layer, f->kctx, f->step, &args, &q3, &c3, &r3, &o3,
                                         &err);
     if (st != LH_OK)
         return lh_runner_fwd_fail(f, st, "attention: %s", err.msg);

@@ -91,6 +91,11 @@ struct lh_runner {
     size_t moe_buf_bytes;
     void *moe_host; /* the blocks' host-side routing tables, grown on demand */
     size_t moe_host_bytes;
+    /* the MLA layers' working memory on the context's device (attend_mla), reserved with
+     * the arena for each step's token count: mla_ws_per_token bytes per token (0: no MLA) */
+    size_t mla_ws_per_token;
+    void *mla_ws;
+    size_t mla_ws_bytes;
     /* row views the plugin's bind made (weight_rows), each allocated once */
     lh_weight **views;
     int64_t n_views;

@@ -555,7 +555,20 @@ static lh_status bind(lh_model *m, lh_checkpoint *ck, lh_err *err)
         goto out;
     }
 
-    /* 3. bind: in place where possible, else convert/copy into owned buffers */
+    /* 3. bind: in place where possible, else convert/copy into owned buffers. A param that
+     * keeps its stored float dtype takes it now unless the model's is f32 (widening is exact):
+     * never narrower than stored */
+    for (size_t i = 0; i < jobs.n; i++) {
+        lh_param *p = jobs.a[i].p;
+        const lh_dtype sd = jobs.a[i].t->dtype;
+        if (p->stored_float && !p->tied_to && !p->scale && p->dtype != LH_DTYPE_F32 &&
+            (sd == LH_DTYPE_F32 || sd == LH_DTYPE_BF16 || sd == LH_DTYPE_F16)) {
+            p->dtype = sd;
+            p->bytes = lh_k_dtype_bytes(sd, p->numel);
+        }
+        if (p->stored_float && p->dtype == sd)
+            s.stored_float++;
+    }
     int64_t to_convert = 0;
     bool any_conversion = false;
     for (size_t i = 0; i < jobs.n; i++) {

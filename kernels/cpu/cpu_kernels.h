@@ -86,6 +86,10 @@ typedef struct lh_cpu_ops {
     /* RoPE on one head: lo, hi the two halves (n each):
      * lo' = lo * c - hi * s; hi' = hi * c + lo * s (no fused multiply-add, as torch) */
     void (*rope_rot)(float *lo, float *hi, const float *c, const float *s, int64_t n);
+    /* RoPE on one head in interleaved pairs (GPT-J, DeepSeek), n pairs a = x[2i], b = x[2i+1]:
+     * a' = a * c - b * s; b' = b * c + a * s, the products and sums of rope_rot, so that both
+     * layouts round alike */
+    void (*rope_rot_pairs)(float *x, const float *c, const float *s, int64_t n);
     /* first index of the maximum; returns -1 when x holds a NaN */
     int64_t (*argmax)(const float *x, int64_t n);
     /* row conversions (same rounding as Part 1's scalar functions) */
@@ -311,7 +315,7 @@ void lh_cpu_rope_dynamic_inv_freq(const lh_rope *rope, int64_t seq_len, float *i
  *    buf [rotary_dim / 2];
  *  - lh_cpu_rope_cos_sin: cos and sin [rotary_dim / 2] at position pos;
  *  - lh_cpu_rope_heads: rotates the first rotary_dim dims of each of the n_heads heads (D
- *    floats apart) of one token. */
+ *    floats apart) of one token, in rope->interleaved's layout. */
 bool lh_cpu_rope_is_dynamic(const lh_rope *rope, int64_t seq_len);
 const float *lh_cpu_rope_inv(const lh_rope *rope, int64_t seq_len, float *buf);
 void lh_cpu_rope_cos_sin(const lh_rope *rope, const float *inv, int32_t pos, float *c, float *s);
@@ -346,5 +350,10 @@ lh_status lh_cpu_moe_route(lh_kctx *ctx, const lh_tensor *logits, const lh_tenso
                            int64_t *bad_first, int64_t *bad_n);
 lh_status lh_cpu_scatter_add_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *rows,
                                   const float *scales, lh_tensor *dst);
+
+/* cpu/heads.c: lh_k_matmul_heads and lh_k_copy_view (arguments checked by the dispatch). */
+lh_status lh_cpu_matmul_heads(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w, bool w_kn,
+                              lh_tensor *y);
+lh_status lh_cpu_copy_view(lh_kctx *ctx, lh_tensor *dst, const lh_tensor *src);
 
 #endif

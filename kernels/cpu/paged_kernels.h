@@ -10,7 +10,9 @@
 extern const float lh_cpu_fp8_e4m3_table[256];
 
 /* The pool's geometry, read from checked tensors. Keys and values may have different dtypes
- * (mixed-precision KV); their layout and shape are the same. */
+ * (mixed-precision KV); their layout and shape are the same. v may be k itself (one latent for
+ * keys and values, multi-head latent attention): then v_dtype is k_dtype and v_scale is
+ * k_scale. */
 typedef struct lh_cpu_pages {
     lh_kv_layout layout;
     lh_dtype k_dtype, v_dtype;
@@ -46,7 +48,8 @@ lh_status lh_cpu_paged_attention(lh_kctx *ctx, const char *fn, const lh_tensor *
                                  const lh_cpu_attn_params *prm, lh_tensor *out);
 /* k, v: [T, kv_heads, head_dim] f32 rows; sequence s writes rows token_start[s] .. + n_new[s]
  * at positions kv_len[s] - n_new[s] ..; rope (may be NULL) rotates the keys at positions[row]
- * with seq_len kv_len[s] first. */
+ * with seq_len kv_len[s] first. v NULL: keys only, into a pool whose v is its k (kv->v ==
+ * kv->k, kv->v_scale == kv->k_scale), as the dispatch has checked. */
 lh_status lh_cpu_paged_kv_write(lh_kctx *ctx, const char *fn, const lh_cpu_pages *kv,
                                 const lh_cpu_batch *b, const float *k, const float *v,
                                 const lh_rope *rope);

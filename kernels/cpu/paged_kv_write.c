@@ -7,7 +7,8 @@
  * no synchronization. With fused RoPE the item first copies its keys into per-thread scratch
  * and rotates them there with lh_k_rope_apply's own helpers (position positions[row],
  * seq_len kv_len[s]), so the stored keys are bit for bit those of rotate-then-write. Small
- * writes (a decode step) run on the calling thread. */
+ * writes (a decode step) run on the calling thread. v NULL (a pool whose v is its k: one
+ * latent for keys and values) stores the keys alone; the values read them back from there. */
 #include "paged_kernels.h"
 
 #include <math.h>
@@ -155,7 +156,7 @@ static void kw_item(int64_t idx, int tid, void *user)
     const int64_t p0 = imax(sq->start, blk * bs), p1 = imin(sq->start + sq->n, (blk + 1) * bs);
     const int64_t phys = sq->table[blk], first = p0 - blk * bs, count = p1 - p0;
     const int64_t r0 = sq->row0 + (p0 - sq->start); /* the first row of k / v */
-    const float *ks = j->k + r0 * row, *vs = j->v + r0 * row;
+    const float *ks = j->k + r0 * row, *vs = j->v ? j->v + r0 * row : NULL;
     if (j->rope) {
         float *rot = j->scratch + (size_t)tid * j->stride;
         float *c = rot + count * row, *s = c + j->rope->rotary_dim / 2;
@@ -170,7 +171,8 @@ static void kw_item(int64_t idx, int tid, void *user)
         if (kv->k_min)
             kw_summaries(kv, phys, h, ks + h * D, row, count, first == 0);
         kw_store(j, kv->k_dtype, kv->k, kv->k_scale, phys, h, ks + h * D, row, first, count);
-        kw_store(j, kv->v_dtype, kv->v, kv->v_scale, phys, h, vs + h * D, row, first, count);
+        if (vs)
+            kw_store(j, kv->v_dtype, kv->v, kv->v_scale, phys, h, vs + h * D, row, first, count);
     }
 }
 

@@ -21,7 +21,12 @@
  *             factor <= 1), factor defaulting to max_position_embeddings / original. At apply
  *             time the long table serves seq_len > original (longrope_frequency_update)
  * At apply time: freqs = float(pos) * inv (float32), cos/sin of that (float32 results), times
- * attention_scaling; q' = q * cos + rotate_half(q) * sin without fused multiply-adds. */
+ * attention_scaling; q' = q * cos + rotate_half(q) * sin without fused multiply-adds.
+ * Interleaved (rope->interleaved: GPT-J, DeepSeek's rope_interleave): pair i is dims (2i, 2i + 1)
+ * instead of (i, i + rotary_dim / 2), with the same cos / sin and the same products and sums,
+ * so the values are those of rotate_half on the de-interleaved dims (transformers' DeepSeek V3
+ * apply_rotary_pos_emb_interleave, V2's complex product of consecutive pairs), left in place
+ * rather than permuted: q.k is the same, since q and k are permuted alike. */
 #include "cpu_kernels.h"
 
 #include <math.h>
@@ -327,6 +332,7 @@ LH_EXPORT lh_status lh_k_rope_init(lh_rope *rope, int64_t rotary_dim, double the
     rope->scaling = sc;
     rope->max_position_embeddings = max_position_embeddings;
     rope->attention_scaling = (float)att;
+    rope->interleaved = false; /* rotate_half, transformers' default: the caller opts in */
     rope->inv_freq = inv;
     rope->inv_freq_long = inv_long;
     rope->factors = factors;
@@ -382,6 +388,11 @@ void lh_cpu_rope_heads(const lh_cpu_ops *ops, const lh_rope *rope, float *x, int
                        int64_t D, const float *c, const float *s)
 {
     const int64_t half = rope->rotary_dim / 2;
+    if (rope->interleaved) {
+        for (int64_t h = 0; h < n_heads; h++)
+            ops->rope_rot_pairs(x + h * D, c, s, half);
+        return;
+    }
     for (int64_t h = 0; h < n_heads; h++)
         ops->rope_rot(x + h * D, x + h * D + half, c, s, half);
 }

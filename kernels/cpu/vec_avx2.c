@@ -153,6 +153,30 @@ static TGT void simd_rope_rot(float *lo, float *hi, const float *c, const float 
     }
 }
 
+/* Four pairs per vector: c and s duplicated into both lanes of their pair, the pairs' other
+ * members swapped in, then addsub subtracts in the even lanes (a * c - b * s) and adds in the
+ * odd ones (b * c + a * s): each lane rounds its two products and their sum as the scalar
+ * code does. */
+static TGT void simd_rope_rot_pairs(float *x, const float *c, const float *s, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const __m128 c4 = _mm_loadu_ps(c + i), s4 = _mm_loadu_ps(s + i);
+        const __m256 cv = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_unpacklo_ps(c4, c4)),
+                                               _mm_unpackhi_ps(c4, c4), 1);
+        const __m256 sv = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_unpacklo_ps(s4, s4)),
+                                               _mm_unpackhi_ps(s4, s4), 1);
+        const __m256 xv = _mm256_loadu_ps(x + 2 * i);
+        const __m256 xs = _mm256_permute_ps(xv, 0xb1); /* b0 a0 b1 a1 ... */
+        _mm256_storeu_ps(x + 2 * i, _mm256_addsub_ps(_mm256_mul_ps(xv, cv), _mm256_mul_ps(xs, sv)));
+    }
+    for (; i < n; i++) {
+        float a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * c[i] - b * s[i];
+        x[2 * i + 1] = b * c[i] + a * s[i];
+    }
+}
+
 static TGT int64_t simd_argmax(const float *x, int64_t n)
 {
     /* pass 1: the maximum, and whether any element is NaN */

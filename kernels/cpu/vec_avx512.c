@@ -128,6 +128,26 @@ static TGT void simd_rope_rot(float *lo, float *hi, const float *c, const float 
     }
 }
 
+/* Eight pairs per vector, the last ones masked: c and s spread over both lanes of their pair
+ * (a permute of the eight loaded into the low lanes), the pairs' other members swapped in,
+ * then a - in the even lanes (a * c - b * s) and a + in the odd ones (b * c + a * s): each
+ * lane rounds its two products and their sum as the scalar code does. */
+static TGT void simd_rope_rot_pairs(float *x, const float *c, const float *s, int64_t n)
+{
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (int64_t i = 0; i < n; i += 8) {
+        const int64_t rem = n - i >= 8 ? 8 : n - i;
+        const __mmask16 mp = tail_mask(rem), mx = rem == 8 ? (__mmask16)0xffff : tail_mask(2 * rem);
+        const __m512 cv = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(mp, c + i));
+        const __m512 sv = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(mp, s + i));
+        const __m512 xv = _mm512_maskz_loadu_ps(mx, x + 2 * i);
+        const __m512 p = _mm512_mul_ps(xv, cv);
+        const __m512 q = _mm512_mul_ps(_mm512_permute_ps(xv, 0xb1), sv); /* b0 a0 b1 a1 ... */
+        _mm512_mask_storeu_ps(x + 2 * i, mx,
+                              _mm512_mask_sub_ps(_mm512_add_ps(p, q), (__mmask16)0x5555, p, q));
+    }
+}
+
 static TGT int64_t simd_argmax(const float *x, int64_t n)
 {
     __m512 mv = _mm512_set1_ps(-INFINITY);

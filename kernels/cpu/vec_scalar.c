@@ -129,6 +129,15 @@ static void s_rope_rot(float *lo, float *hi, const float *c, const float *s, int
     }
 }
 
+static void s_rope_rot_pairs(float *x, const float *c, const float *s, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * c[i] - b * s[i];
+        x[2 * i + 1] = b * c[i] + a * s[i];
+    }
+}
+
 static int64_t s_argmax(const float *x, int64_t n)
 {
     int64_t best = 0;
@@ -181,6 +190,7 @@ const lh_cpu_ops lh_cpu_ops_scalar = {
     .axpy_rows = s_axpy_rows,
     .bound_dot = s_bound_dot,
     .rope_rot = s_rope_rot,
+    .rope_rot_pairs = s_rope_rot_pairs,
     .argmax = s_argmax,
     .bf16_to_f32 = s_bf16_to_f32,
     .f16_to_f32 = s_f16_to_f32,

@@ -136,6 +136,13 @@ lh_status lh_cuda_moe_route(lh_kctx *ctx, const lh_tensor *logits, const lh_tens
 lh_status lh_cuda_scatter_add_rows(lh_kctx *ctx, const lh_tensor *src, const int64_t *rows,
                                    const float *scales, lh_tensor *dst);
 
+/* ---- per-head linear maps and strided copies (cuda/heads.cu) ------------------------------- */
+
+/* lh_k_matmul_heads' and lh_k_copy_view's twins (arguments checked by the dispatch). */
+lh_status lh_cuda_matmul_heads(lh_kctx *ctx, const lh_tensor *x, const lh_tensor *w, bool w_kn,
+                               lh_tensor *y);
+lh_status lh_cuda_copy_view(lh_kctx *ctx, lh_tensor *dst, const lh_tensor *src);
+
 /* ---- paged KV cache (cuda/paged_attention.cu, cuda/paged_kv_write.cu) ---------------------- */
 
 /* kv holds device pointers; b holds host arrays (checked). */

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define LH_CUDA_ABI 4u
+#define LH_CUDA_ABI 5u
 #define LH_CUDA_ENTRY_NAME "lh_kernels_cuda_entry"
 #define LH_CUDA_LIBRARY_NAME "libllmhost_kernels_cuda.so"
 
@@ -51,7 +51,8 @@ typedef struct lh_cuda_host {
     X(layernorm) X(gelu) X(gelu_tanh) X(gelu_mul) X(softcap) X(add) X(embedding_add)          \
     X(softmax) X(argmax) X(convert) X(rope_apply) X(attention) X(attention_positions)         \
     X(gather_rows) X(paged_attention) X(paged_kv_write) X(sample) X(dequantize)            \
-    X(matmul_scaled) X(dequantize_scaled) X(quantize_scaled) X(moe_route) X(scatter_add_rows)
+    X(matmul_scaled) X(dequantize_scaled) X(quantize_scaled) X(moe_route) X(scatter_add_rows)  \
+    X(matmul_heads) X(copy_view)
 
 typedef struct lh_cuda_ops {
     uint32_t struct_size; /* sizeof(lh_cuda_ops) */

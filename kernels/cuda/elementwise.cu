@@ -7,7 +7,8 @@
  *   lh_cuda_softmax      in-place row softmax            kernels/cpu/activation.c
  *   lh_cuda_argmax       first index of each row's max   kernels/cpu/activation.c
  *   lh_cuda_convert      f32/bf16/f16 conversions        kernels/cpu/convert.c
- *   lh_cuda_rope_apply   rotary embedding (rotate_half)  kernels/cpu/rope.c (apply section)
+ *   lh_cuda_rope_apply   rotary embedding (both pair     kernels/cpu/rope.c (apply section)
+ *                        layouts: rotate_half, interleaved)
  *   lh_cuda_gather_rows  dst[i] = src[rows[i]]           (lh_k_gather_rows)
  *
  * Mapping: element-wise kernels are grid-stride loops over the flat index (64-bit); row
@@ -495,12 +496,13 @@ struct rope_args {
     const float *inv;    /* staged [half], right after pos */
     int64_t T, H, D, half;
     float att;
-    int pad_;
+    int inter; /* interleaved pairs (2i, 2i + 1) instead of (i, half + i) */
 };
 
-/* One thread per (token, head, pair i): lo = x[i], hi = x[half + i]. cos and sin are taken in
- * double and rounded, times attention_scaling, exactly as lh_cpu_rope_cos_sin; the products
- * and sums are rounded one by one (no fused multiply-add), as lh_cpu_rope_heads and torch. */
+/* One thread per (token, head, pair i): lo = x[i], hi = x[half + i] (interleaved: lo = x[2i],
+ * hi = x[2i + 1]). cos and sin are taken in double and rounded, times attention_scaling,
+ * exactly as lh_cpu_rope_cos_sin; the products and sums are rounded one by one (no fused
+ * multiply-add), as lh_cpu_rope_heads and torch: lo' = lo c - hi s, hi' = hi c + lo s. */
 static __global__ void rope_kernel(const rope_args a)
 {
     const int64_t total = a.T * a.H * a.half, step = (int64_t)gridDim.x * blockDim.x;
@@ -511,7 +513,7 @@ static __global__ void rope_kernel(const rope_args a)
         double sd, cd;
         sincos((double)f, &sd, &cd);
         const float c = __fmul_rn((float)cd, a.att), s = __fmul_rn((float)sd, a.att);
-        float *lo = a.x + th * a.D + i, *hi = lo + a.half;
+        float *lo = a.x + th * a.D + (a.inter ? 2 * i : i), *hi = lo + (a.inter ? 1 : a.half);
         const float l = *lo, h = *hi;
         *lo = __fsub_rn(__fmul_rn(l, c), __fmul_rn(h, s));
         *hi = __fadd_rn(__fmul_rn(h, c), __fmul_rn(l, s));
@@ -553,6 +555,7 @@ lh_status lh_cuda_rope_apply(lh_kctx *ctx, const lh_rope *rope, lh_tensor *x,
     a.D = D;
     a.half = half;
     a.att = rope->attention_scaling;
+    a.inter = rope->interleaved ? 1 : 0;
     return LH_CU_LAUNCH(ctx, rope_kernel, dim3(ew_blocks(T * H * half)), dim3(EW_THREADS), 0, a);
 }
 

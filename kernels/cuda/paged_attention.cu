@@ -29,6 +29,15 @@
  *    one sequence; K and V tiles of PF_BK positions are decoded into shared memory and the
  *    online softmax runs over them (a warp owns a query row: its lanes are the tile's keys for
  *    the scores and the head dimensions for the weighted sum).
+ * Head dims up to PA_DMAX (1024; multi-head latent attention attends over a latent of 576 with
+ * one kv head, the pool's v being its k). Shared memory per CTA: decode keeps its query rows
+ * in dynamic shared memory (PA_GH x D floats, 32 KiB at D = 1024) beside 13 KiB of static
+ * arrays, under the default 48 KiB at every D; a thread owns D / 256 dimensions of the
+ * weighted sum above D = 256 (pa_decode_kernel<DC>). Prefill needs
+ * 256 + 4 BQ D + 4 BK (D + 1) + 512 bytes: 93,056 at D = 576 (BQ 8, BK 32), which every sm_80+
+ * part allows (the smallest opt-in, sm_86 / sm_89, is 99 KiB); where BK = 32 would exceed
+ * the device's opt-in (D = 1024: 164,736 bytes) the key tile is halved (BK 16: 99,136 bytes
+ * at D = 1024). Each lane keeps D / 32 output sums (pa_prefill_kernel<NC>).
  * params->n_splits (the CPU's partitioning knob) is not used: the GPU picks its partitions from
  * the launch shape, and the results agree up to float rounding either way.
  * params->softcap > 0 soft-caps every score (pa_softcap, as the CPU's lh_cpu_attn_softcap)
@@ -52,7 +61,7 @@ const float *lh_cpu_rope_inv(const lh_rope *rope, int64_t seq_len, float *buf);
 
 #define PA_THREADS 256
 #define PA_WARPS (PA_THREADS / 32)
-#define PA_DMAX 256
+#define PA_DMAX 1024
 /* decode: query heads per CTA at most, tokens per online-softmax chunk */
 #define PA_GH 8
 #define PA_CH 128
@@ -62,6 +71,10 @@ const float *lh_cpu_rope_inv(const lh_rope *rope, int64_t seq_len, float *buf);
 /* prefill: query rows per tile (head_dim <= 128; 8 above), key positions per tile */
 #define PF_BQ 16
 #define PF_BK 32
+/* decode: the static shared arrays (sc, red, flags, sM / sL / sA) */
+#define PA_DECODE_STATIC_SMEM                                                                 \
+    ((size_t)PA_GH * PA_CH * 4 + (size_t)PA_THREADS * PA_GH * 4 + (size_t)PA_GH * (PA_CH + 2) + \
+     3 * PA_GH * 4)
 
 typedef unsigned long long u64;
 
@@ -83,6 +96,7 @@ typedef struct pa_args {
     const float *inv;
     int rope, rot;
     float att;
+    int inter; /* interleaved RoPE pairs (2i, 2i + 1) */
     /* scratch */
     u64 *thr;           /* [T, H] sparse thresholds */
     u64 *sel_keys;      /* NULL: the selection's keys in shared memory; else [T, H, tstride] */
@@ -91,7 +105,7 @@ typedef struct pa_args {
     int64_t PT;
     int NP, GH, nch, direct;
     /* prefill */
-    int BQ;
+    int BQ, BK;
 } pa_args;
 
 /* a score (q.k * scale) soft-capped as lh_cpu_attn_softcap does: divide, tanh, multiply */
@@ -112,7 +126,8 @@ static __device__ __forceinline__ int64_t pa_lo(const pa_args &a, int64_t pos)
 }
 
 /* Element d of query row r, head h, rotated at pos with sequence s's frequencies as
- * lh_cpu_rope_cos_sin / rope_rot do (no FMA). */
+ * lh_cpu_rope_cos_sin / rope_rot do (no FMA): the pair (lo, hi) of frequency i is (i, half + i),
+ * or (2i, 2i + 1) interleaved; lo' = lo c - hi s, hi' = hi c + lo s. */
 static __device__ float pa_q(const pa_args &a, int64_t r, int h, int d, int s, int32_t pos)
 {
     const float *row = a.q + (r * a.H + h) * a.D;
@@ -120,13 +135,15 @@ static __device__ float pa_q(const pa_args &a, int64_t r, int h, int d, int s, i
     if (!a.rope || d >= a.rot)
         return x;
     const int half = a.rot / 2;
-    const int i = d < half ? d : d - half;
+    const bool lo = a.inter ? (d & 1) == 0 : d < half;
+    const int i = a.inter ? d >> 1 : lo ? d : d - half;
+    const int partner = a.inter ? (lo ? d + 1 : d - 1) : (lo ? d + half : d - half);
     const float f = __fmul_rn((float)pos, a.inv[(int64_t)s * half + i]);
     const float c = __fmul_rn((float)cos((double)f), a.att);
     const float sn = __fmul_rn((float)sin((double)f), a.att);
-    if (d < half)
-        return __fsub_rn(__fmul_rn(x, c), __fmul_rn(row[d + half], sn));
-    return __fadd_rn(__fmul_rn(x, c), __fmul_rn(row[d - half], sn));
+    if (lo)
+        return __fsub_rn(__fmul_rn(x, c), __fmul_rn(row[partner], sn));
+    return __fadd_rn(__fmul_rn(x, c), __fmul_rn(row[partner], sn));
 }
 
 /* Where position t of sequence s lives for kv head kvh: the element offset of its row and the
@@ -267,6 +284,9 @@ static __device__ __forceinline__ float pa_warp_max(float v)
     return v;
 }
 
+/* DC: dimensions of the weighted sum per thread (head_dim <= DC * PA_THREADS). A CTA's query
+ * rows (GH of them, D floats each) are dynamic shared memory. */
+template <int DC>
 static __global__ void __launch_bounds__(PA_THREADS) pa_decode_kernel(const pa_args a)
 {
     const int64_t r = blockIdx.x;
@@ -285,27 +305,31 @@ static __global__ void __launch_bounds__(PA_THREADS) pa_decode_kernel(const pa_a
     if (pa > pb)
         return; /* nothing of this partition is visible (the merge skips it too) */
 
-    __shared__ float qs[PA_GH][PA_DMAX];
+    extern __shared__ __align__(16) unsigned char pa_smem[];
+    float *qs = (float *)(void *)pa_smem; /* [GH][D] */
     __shared__ float sc[PA_GH][PA_CH];
     __shared__ float red[PA_THREADS * PA_GH];
     __shared__ unsigned char flags[PA_GH][PA_CH + 2];
     __shared__ float sM[PA_GH], sL[PA_GH], sA[PA_GH];
     const int D = a.D, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     for (int i = tid; i < nh * D; i += PA_THREADS)
-        qs[i / D][i % D] = pa_q(a, r, h0 + i / D, i % D, s, pos32);
+        qs[i] = pa_q(a, r, h0 + i / D, i % D, s, pos32);
     if (tid < PA_GH) {
         sM[tid] = -INFINITY;
         sL[tid] = 0.0f;
     }
-    /* the weighted sum: groups of DP threads, a thread owns dimension dd of every head */
+    /* the weighted sum: groups of DP threads (DP the power of two >= D, at most PA_THREADS:
+     * one group above 128 dims), a thread owns dimensions dd + c DP (c < DC) of every head */
     int DP = 32;
-    while (DP < D)
+    while (DP < D && DP < PA_THREADS)
         DP *= 2;
     const int ng = PA_THREADS / DP, grp = tid / DP, dd = tid % DP;
-    float acc[PA_GH];
+    float acc[DC][PA_GH];
 #pragma unroll
-    for (int hh = 0; hh < PA_GH; hh++)
-        acc[hh] = 0.0f;
+    for (int c = 0; c < DC; c++)
+#pragma unroll
+        for (int hh = 0; hh < PA_GH; hh++)
+            acc[c][hh] = 0.0f;
     __syncthreads();
 
     for (int64_t c0 = pa; c0 <= pb; c0 += PA_CH) {
@@ -316,7 +340,7 @@ static __global__ void __launch_bounds__(PA_THREADS) pa_decode_kernel(const pa_a
             const int nbl = (int)(c1 / a.bs - bfirst + 1);
             for (int i = warp; i < nh * nbl; i += PA_WARPS) {
                 const int hh = i / nbl, bl = i % nbl;
-                const bool ch = pa_chosen(a, qs[hh], r, h0 + hh, s, pos, lo, bfirst + bl);
+                const bool ch = pa_chosen(a, qs + hh * D, r, h0 + hh, s, pos, lo, bfirst + bl);
                 if (lane == 0)
                     flags[hh][bl] = ch ? 1 : 0;
             }
@@ -345,7 +369,7 @@ static __global__ void __launch_bounds__(PA_THREADS) pa_decode_kernel(const pa_a
 #pragma unroll
                 for (int hh = 0; hh < PA_GH; hh++)
                     if (hh < nh)
-                        part[hh] += qs[hh][d] * kx;
+                        part[hh] += qs[hh * D + d] * kx;
             }
 #pragma unroll
             for (int hh = 0; hh < PA_GH; hh++) {
@@ -388,9 +412,11 @@ static __global__ void __launch_bounds__(PA_THREADS) pa_decode_kernel(const pa_a
         __syncthreads();
         if (dd < D) {
 #pragma unroll
-            for (int hh = 0; hh < PA_GH; hh++)
-                if (hh < nh)
-                    acc[hh] *= sA[hh];
+            for (int c = 0; c < DC; c++)
+#pragma unroll
+                for (int hh = 0; hh < PA_GH; hh++)
+                    if (hh < nh)
+                        acc[c][hh] *= sA[hh];
             for (int j = grp; j < n; j += ng) {
                 bool any = false;
 #pragma unroll
@@ -401,34 +427,62 @@ static __global__ void __launch_bounds__(PA_THREADS) pa_decode_kernel(const pa_a
                     continue;
                 float vs;
                 const int64_t off = pa_row(a, s, c0 + j, kvh, false, &vs);
-                const float vx = lh_cu_load(a.v, a.v_dt, off + dd) * vs;
 #pragma unroll
-                for (int hh = 0; hh < PA_GH; hh++)
-                    if (hh < nh && sc[hh][j] != 0.0f)
-                        acc[hh] += sc[hh][j] * vx;
+                for (int c = 0; c < DC; c++) {
+                    const int d = dd + c * DP;
+                    if (d >= D)
+                        break;
+                    const float vx = lh_cu_load(a.v, a.v_dt, off + d) * vs;
+#pragma unroll
+                    for (int hh = 0; hh < PA_GH; hh++)
+                        if (hh < nh && sc[hh][j] != 0.0f)
+                            acc[c][hh] += sc[hh][j] * vx;
+                }
             }
         }
         __syncthreads(); /* sc and flags are rewritten by the next chunk */
     }
 
-    if (dd < D)
+    if (ng == 1) {
+        /* one group (head_dim > PA_THREADS / 2): every sum is whole in its thread */
 #pragma unroll
-        for (int hh = 0; hh < PA_GH; hh++)
-            if (hh < nh)
-                red[(grp * PA_GH + hh) * D + dd] = acc[hh];
-    __syncthreads();
-    for (int i = tid; i < nh * D; i += PA_THREADS) {
-        const int hh = i / D, d = i % D;
-        float o = 0.0f;
-        for (int g = 0; g < ng; g++)
-            o += red[(g * PA_GH + hh) * D + d];
-        const float l = sL[hh];
-        o = l > 0.0f ? o / l : 0.0f;
-        const int64_t rh = r * a.H + h0 + hh;
-        if (a.direct)
-            a.out[rh * D + d] = o;
-        else
-            a.po[(rh * a.NP + p) * D + d] = o;
+        for (int c = 0; c < DC; c++) {
+            const int d = dd + c * DP;
+            if (d >= D)
+                break;
+#pragma unroll
+            for (int hh = 0; hh < PA_GH; hh++) {
+                if (hh >= nh)
+                    break;
+                const float l = sL[hh];
+                const float o = l > 0.0f ? acc[c][hh] / l : 0.0f;
+                const int64_t rh = r * a.H + h0 + hh;
+                if (a.direct)
+                    a.out[rh * D + d] = o;
+                else
+                    a.po[(rh * a.NP + p) * D + d] = o;
+            }
+        }
+    } else {
+        if (dd < D)
+#pragma unroll
+            for (int hh = 0; hh < PA_GH; hh++)
+                if (hh < nh)
+                    red[(grp * PA_GH + hh) * D + dd] = acc[0][hh];
+        __syncthreads();
+        for (int i = tid; i < nh * D; i += PA_THREADS) {
+            const int hh = i / D, d = i % D;
+            float o = 0.0f;
+            for (int g = 0; g < ng; g++)
+                o += red[(g * PA_GH + hh) * D + d];
+            const float l = sL[hh];
+            o = l > 0.0f ? o / l : 0.0f;
+            const int64_t rh = r * a.H + h0 + hh;
+            if (a.direct)
+                a.out[rh * D + d] = o;
+            else
+                a.po[(rh * a.NP + p) * D + d] = o;
+        }
     }
     if (!a.direct && tid < nh) {
         const int64_t i = (r * a.H + h0 + tid) * a.NP + p;
@@ -474,6 +528,10 @@ static __global__ void pa_merge_kernel(const pa_args a)
 
 /* ---- prefill --------------------------------------------------------------------------------- */
 
+/* NC: head dimensions per lane (head_dim <= 32 NC); a.BK key positions per tile (PF_BK, or
+ * PF_BK / 2 where a tile of PF_BK keys of the head dim would not fit the device's shared
+ * memory). */
+template <int NC>
 static __global__ void __launch_bounds__(PA_THREADS) pa_prefill_kernel(const pa_args a)
 {
     const int32_t *tile = a.tiles + (int64_t)blockIdx.x * 3;
@@ -484,8 +542,8 @@ static __global__ void __launch_bounds__(PA_THREADS) pa_prefill_kernel(const pa_
     extern __shared__ __align__(16) unsigned char pa_smem[];
     int64_t *rlo = (int64_t *)(void *)pa_smem, *rpos = rlo + PF_BQ;
     float *qs = (float *)(void *)(rpos + PF_BQ);      /* [BQ][D] */
-    float *kt = qs + BQ * D;                           /* [PF_BK][D + 1]: keys, then values */
-    unsigned char *fl = (unsigned char *)(kt + PF_BK * KS); /* [BQ][PF_BK] chosen blocks */
+    float *kt = qs + BQ * D;                           /* [BK][D + 1]: keys, then values */
+    unsigned char *fl = (unsigned char *)(kt + a.BK * KS); /* [BQ][PF_BK] chosen blocks */
     if (tid < PF_BQ) {
         if (tid < nrows) {
             rpos[tid] = a.pos[row0 + tid];
@@ -506,15 +564,16 @@ static __global__ void __launch_bounds__(PA_THREADS) pa_prefill_kernel(const pa_
     const int RW = BQ / PA_WARPS; /* rows per warp: warp w owns rows w, w + 8 */
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, pj[2] = {0.0f, 0.0f};
     float alpha[2] = {1.0f, 1.0f};
-    float acc[2][PA_DMAX / 32];
+    float acc[2][NC];
 #pragma unroll
     for (int ri = 0; ri < 2; ri++)
 #pragma unroll
-        for (int c = 0; c < PA_DMAX / 32; c++)
+        for (int c = 0; c < NC; c++)
             acc[ri][c] = 0.0f;
 
-    for (int64_t t0 = kmin; t0 <= kmax; t0 += PF_BK) {
-        const int n = (int)(kmax - t0 + 1 < PF_BK ? kmax - t0 + 1 : PF_BK);
+    const int BK = a.BK;
+    for (int64_t t0 = kmin; t0 <= kmax; t0 += BK) {
+        const int n = (int)(kmax - t0 + 1 < BK ? kmax - t0 + 1 : BK);
         bool need = false; /* the same answer in every thread */
         for (int i = 0; i < nrows && !need; i++)
             need = rlo[i] <= t0 + n - 1 && rpos[i] >= t0;
@@ -582,14 +641,14 @@ static __global__ void __launch_bounds__(PA_THREADS) pa_prefill_kernel(const pa_
             if (ri >= RW)
                 break;
 #pragma unroll
-            for (int c = 0; c < PA_DMAX / 32; c++)
+            for (int c = 0; c < NC; c++)
                 acc[ri][c] *= alpha[ri];
             for (int j = 0; j < n; j++) {
                 const float w = __shfl_sync(0xffffffffu, pj[ri], j);
                 if (w == 0.0f)
                     continue;
 #pragma unroll
-                for (int c = 0; c < PA_DMAX / 32; c++) {
+                for (int c = 0; c < NC; c++) {
                     const int d = lane + 32 * c;
                     if (d < D)
                         acc[ri][c] += w * kt[j * KS + d];
@@ -605,7 +664,7 @@ static __global__ void __launch_bounds__(PA_THREADS) pa_prefill_kernel(const pa_
         float *o = a.out + ((row0 + i) * a.H + h) * D;
         const float l = L[ri];
 #pragma unroll
-        for (int c = 0; c < PA_DMAX / 32; c++) {
+        for (int c = 0; c < NC; c++) {
             const int d = lane + 32 * c;
             if (d < D)
                 o[d] = l > 0.0f ? acc[ri][c] / l : 0.0f;
@@ -821,6 +880,7 @@ extern "C" lh_status lh_cuda_paged_attention(lh_kctx *ctx, const char *fn, const
     a.rope = prm->rope ? 1 : 0;
     a.rot = prm->rope ? (int)prm->rope->rotary_dim : 0;
     a.att = prm->rope ? prm->rope->attention_scaling : 1.0f;
+    a.inter = prm->rope && prm->rope->interleaved ? 1 : 0;
     a.thr = sparse ? (u64 *)(void *)scr : NULL;
     a.sel_keys = sz_keys ? (u64 *)(void *)(scr + (sz_thr - sz_keys)) : NULL;
     a.pm = np_rows ? (float *)(void *)(scr + sz_thr) : NULL;
@@ -832,6 +892,7 @@ extern "C" lh_status lh_cuda_paged_attention(lh_kctx *ctx, const char *fn, const
     a.nch = (int)nch;
     a.direct = NP == 1 ? 1 : 0;
     a.BQ = BQ;
+    a.BK = PF_BK;
 
     if (sparse) {
         lh_status e = pa_smem_optin(ctx, fn, (const void *)pa_select_kernel, sel_smem,
@@ -844,20 +905,54 @@ extern "C" lh_status lh_cuda_paged_attention(lh_kctx *ctx, const char *fn, const
             return e;
     }
     if (decode) {
-        lh_status e = LH_CU_LAUNCH(ctx, pa_decode_kernel,
-                                   dim3((unsigned)T, (unsigned)(KVH * nch), (unsigned)NP),
-                                   dim3(PA_THREADS), 0, a);
+        /* the query rows of a CTA in dynamic shared memory: at most PA_GH x PA_DMAX floats
+         * (32 KiB), which with the static arrays stays under the default 48 KiB (no opt-in) */
+        static_assert((size_t)PA_GH * PA_DMAX * sizeof(float) + PA_DECODE_STATIC_SMEM <=
+                          48 * 1024,
+                      "decode attention fits the default shared memory");
+        const size_t qsmem = (size_t)GH * (size_t)D * sizeof(float);
+        const int dc = (int)((D + PA_THREADS - 1) / PA_THREADS);
+        lh_status e;
+        const dim3 grid((unsigned)T, (unsigned)(KVH * nch), (unsigned)NP), blk(PA_THREADS);
+        switch (dc) {
+        case 1: e = LH_CU_LAUNCH(ctx, pa_decode_kernel<1>, grid, blk, qsmem, a); break;
+        case 2: e = LH_CU_LAUNCH(ctx, pa_decode_kernel<2>, grid, blk, qsmem, a); break;
+        case 3: e = LH_CU_LAUNCH(ctx, pa_decode_kernel<3>, grid, blk, qsmem, a); break;
+        default: e = LH_CU_LAUNCH(ctx, pa_decode_kernel<4>, grid, blk, qsmem, a); break;
+        }
         if (e != LH_OK || NP == 1)
             return e;
         const unsigned mt = (unsigned)((D + 31) / 32 * 32);
         return LH_CU_LAUNCH(ctx, pa_merge_kernel, dim3((unsigned)T, (unsigned)H), dim3(mt), 0, a);
     }
-    const size_t smem = 2 * PF_BQ * sizeof(int64_t) + (size_t)(BQ * D) * sizeof(float) +
-                        (size_t)(PF_BK * (D + 1)) * sizeof(float) + (size_t)(PF_BQ * PF_BK);
-    lh_status e =
-        pa_smem_optin(ctx, fn, (const void *)pa_prefill_kernel, smem, "prefill attention");
+    /* prefill: the row bounds, BQ query rows, a tile of BK keys (then values) of D + 1 floats,
+     * the chosen-block flags. D = 576 with BK = 32 takes 93,056 bytes (every sm_80+ part opts in
+     * to 99 KiB or more); D = 1024 would take 164,736 bytes, so above what the device allows
+     * the key tile halves (BK = 16: 99,136 bytes at D = 1024) */
+    const int nc = D <= 128 ? 4 : D <= 256 ? 8 : D <= 576 ? 18 : 32;
+    const void *pkern = nc == 4    ? (const void *)pa_prefill_kernel<4>
+                        : nc == 8  ? (const void *)pa_prefill_kernel<8>
+                        : nc == 18 ? (const void *)pa_prefill_kernel<18>
+                                   : (const void *)pa_prefill_kernel<32>;
+    int maxb = 0;
+    LH_CU_CHECK(ctx, cudaDeviceGetAttribute(&maxb, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                            lh_cu_device_index(ctx)));
+    cudaFuncAttributes fa;
+    LH_CU_CHECK(ctx, cudaFuncGetAttributes(&fa, pkern));
+    const auto prefill_smem = [&](int bk) {
+        return 2 * PF_BQ * sizeof(int64_t) + (size_t)(BQ * D) * sizeof(float) +
+               (size_t)(bk * (D + 1)) * sizeof(float) + (size_t)(PF_BQ * PF_BK);
+    };
+    a.BK = prefill_smem(PF_BK) + fa.sharedSizeBytes <= (size_t)maxb ? PF_BK : PF_BK / 2;
+    const size_t smem = prefill_smem(a.BK);
+    lh_status e = pa_smem_optin(ctx, fn, pkern, smem, "prefill attention");
     if (e != LH_OK)
         return e;
-    return LH_CU_LAUNCH(ctx, pa_prefill_kernel, dim3((unsigned)n_tiles, (unsigned)H),
-                        dim3(PA_THREADS), smem, a);
+    const dim3 pgrid((unsigned)n_tiles, (unsigned)H), pblk(PA_THREADS);
+    switch (nc) {
+    case 4: return LH_CU_LAUNCH(ctx, pa_prefill_kernel<4>, pgrid, pblk, smem, a);
+    case 8: return LH_CU_LAUNCH(ctx, pa_prefill_kernel<8>, pgrid, pblk, smem, a);
+    case 18: return LH_CU_LAUNCH(ctx, pa_prefill_kernel<18>, pgrid, pblk, smem, a);
+    default: return LH_CU_LAUNCH(ctx, pa_prefill_kernel<32>, pgrid, pblk, smem, a);
+    }
 }

@@ -8,7 +8,9 @@
  * position order, which keeps the min/max summaries bit for bit those of the CPU (the order
  * decides which of +0 and -0 a tie keeps). Fused RoPE recomputes each rotated key element where
  * it is needed (cos/sin in double, rounded as lh_cpu_rope_cos_sin; no FMA, as torch), so the
- * stored keys are those of rotate-then-write.
+ * stored keys are those of rotate-then-write (either pair layout, lh_rope.interleaved).
+ * v NULL (multi-head latent attention: the pool's v is its k) writes the keys and their
+ * summaries only.
  *
  * Graphs: the host builds a list of work items, padded to a bound that depends only on the
  * sequences' n_new and the block size (a decode step of n_new = 1 per sequence has one item
@@ -49,9 +51,12 @@ typedef struct kw_args {
     const float *inv;   /* [n_seqs, rot / 2] (fused RoPE) */
     int rope, rot;
     float att;
+    int inter; /* interleaved RoPE pairs (2i, 2i + 1) */
 } kw_args;
 
-/* Element d of row r of the item's keys (rotated) or values, as the CPU stores it. */
+/* Element d of row r of the item's keys (rotated) or values, as the CPU stores it. The RoPE
+ * pair (lo, hi) of frequency i is (i, half + i), or (2i, 2i + 1) interleaved; lo' = lo c - hi s,
+ * hi' = hi c + lo s. */
 static __device__ float kw_src(const kw_args &a, const kw_item &it, bool key, int64_t kvh,
                                int64_t r, int64_t d)
 {
@@ -59,14 +64,16 @@ static __device__ float kw_src(const kw_args &a, const kw_item &it, bool key, in
     const float x = src[d];
     if (!key || !a.rope || d >= a.rot)
         return x;
-    const int half = a.rot / 2;
-    const int i = d < half ? (int)d : (int)d - half;
+    const int half = a.rot / 2, di = (int)d;
+    const bool lo = a.inter ? (di & 1) == 0 : di < half;
+    const int i = a.inter ? di >> 1 : lo ? di : di - half;
+    const int partner = a.inter ? (lo ? di + 1 : di - 1) : (lo ? di + half : di - half);
     const float f = __fmul_rn((float)a.pos[it.pofs + r], a.inv[(int64_t)it.seq * half + i]);
     const float c = __fmul_rn((float)cos((double)f), a.att);
     const float s = __fmul_rn((float)sin((double)f), a.att);
-    if (d < half)
-        return __fsub_rn(__fmul_rn(x, c), __fmul_rn(src[d + half], s));
-    return __fadd_rn(__fmul_rn(x, c), __fmul_rn(src[d - half], s));
+    if (lo)
+        return __fsub_rn(__fmul_rn(x, c), __fmul_rn(src[partner], s));
+    return __fadd_rn(__fmul_rn(x, c), __fmul_rn(src[partner], s));
 }
 
 /* max over the CTA (blockDim.x a multiple of 32); every thread gets it */
@@ -178,7 +185,8 @@ static __global__ void kw_kernel(const kw_args a)
         }
     }
     kw_store(a, it, true, kvh, head0, red, sh);
-    kw_store(a, it, false, kvh, head0, red, sh);
+    if (a.vin) /* NULL: keys only (a pool whose v is its k) */
+        kw_store(a, it, false, kvh, head0, red, sh);
 }
 
 static size_t kw_align(size_t n)
@@ -275,6 +283,7 @@ extern "C" lh_status lh_cuda_paged_kv_write(lh_kctx *ctx, const char *fn, const 
     a.rope = rope ? 1 : 0;
     a.rot = rope ? (int)rope->rotary_dim : 0;
     a.att = rope ? rope->attention_scaling : 1.0f;
+    a.inter = rope && rope->interleaved ? 1 : 0;
     const unsigned threads = (unsigned)(D >= 256 ? 256 : (D + 31) / 32 * 32);
     return LH_CU_LAUNCH(ctx, kw_kernel, dim3((unsigned)n_items, (unsigned)KVH), dim3(threads), 0,
                         a);

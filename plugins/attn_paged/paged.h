@@ -10,6 +10,6 @@ extern const lh_attn_ops paged_ops;
 #define PAGED_CAPABILITIES                                                                  \
     (LH_ATTN_CAP_SLIDING_WINDOW | LH_ATTN_CAP_CHUNKED | LH_ATTN_CAP_FP8_KV |                \
      LH_ATTN_CAP_MIXED_KV | LH_ATTN_CAP_SPARSE | LH_ATTN_CAP_FUSED_ROPE |                    \
-     LH_ATTN_CAP_PAGED_KV | LH_ATTN_CAP_SOFTCAP)
+     LH_ATTN_CAP_PAGED_KV | LH_ATTN_CAP_SOFTCAP | LH_ATTN_CAP_MLA)
 
 #endif

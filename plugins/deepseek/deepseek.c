@@ -1,11 +1,16 @@
-/* Built-in model plugin: DeepSeek-V2 and DeepSeek-V3, their module trees so far.
+/* Built-in model plugin: DeepSeek-V2 and DeepSeek-V3.
  *
  *   model.embed_tokens, model.norm, lm_head (untied)
  *   model.layers.N.input_layernorm / post_attention_layernorm
  *   model.layers.N.self_attn: multi-head latent attention -- q_proj (V2-Lite: no q_lora_rank)
  *     or q_a_proj, q_a_layernorm, q_b_proj; kv_a_proj_with_mqa (the kv_lora_rank latent and
- *     the shared qk_rope_head_dim key), kv_a_layernorm, kv_b_proj, o_proj; registered with its
- *     MLA geometry, so the KV cache plans the latent width
+ *     the shared qk_rope_head_dim key), kv_a_layernorm, kv_b_proj, o_proj (attention_bias:
+ *     biases on q_a_proj, kv_a_proj_with_mqa and o_proj, as transformers); registered with
+ *     its MLA geometry, so the KV cache plans the latent width. kv_b_proj is a plain
+ *     parameter (never quantized by the quant config): the attention backend reads it per
+ *     head, to expand the latent (vanilla) or to absorb it into the query and output (paged).
+ *     RoPE pairs interleaved dims (V2 always, V3 unless rope_interleave is false); with yarn
+ *     the softmax scale is multiplied by mscale(factor, mscale_all_dim)^2, as DeepSeek does.
  *   model.layers.N.mlp: a dense SiLU-gated MLP for N < first_k_dense_replace, else a mixture of
  *     n_routed_experts experts (moe_intermediate_size wide) with n_shared_experts folded into
  *     one shared expert "shared_experts", routed as transformers' modeling of the version does:
@@ -14,15 +19,16 @@
  *     for the choice, always group-limited with the groups scored by their two best,
  *     renormalized as norm_topk_prob says, scaled. Keys a config leaves out take transformers'
  *     defaults; moe_layer_freq other than 1 (which transformers ignores) is refused.
- * The tree gives explain its exact counts (active_parameters too) and the KV plan; there is no
- * forward pass yet (multi-head latent attention is not implemented in the attention backends),
- * so an engine refuses the model when it opens, saying so. DeepSeek-V3's multi-token-prediction
- * layer (num_nextn_predict_layers) is not part of the tree. The correction bias is a buffer of
- * the router (transformers counts it as no parameter; neither does explain). */
+ * DeepSeek-V3's multi-token-prediction layer (num_nextn_predict_layers) is not part of the
+ * tree: its weights, when a checkpoint has them, are reported as unexpected. The correction
+ * bias is a buffer of the router (transformers counts it as no parameter; neither does
+ * explain). */
 #include "lh_plugin.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct ds_version {
@@ -71,6 +77,13 @@ static lh_status check_version(const lh_host_api *api, const lh_model_config *cf
         strcmp(m, v->v3 ? "sigmoid" : "softmax") != 0)
         return lh_error_set(err, LH_E_UNSUPPORTED, "scoring_func '%s': %s scores with %s", m,
                             v->v3 ? "DeepSeek-V3" : "DeepSeek-V2", v->v3 ? "sigmoid" : "softmax");
+    bool mlp_bias = false;
+    if (api->config_get_bool(cfg, "mlp_bias", &mlp_bias) == 1 && mlp_bias)
+        return lh_error_set(err, LH_E_UNSUPPORTED, "mlp_bias true: the MLP and expert "
+                            "projections have no biases here");
+    if (api->config_get_string(cfg, "hidden_act", &m) == 1 && strcmp(m, "silu") != 0)
+        return lh_error_set(err, LH_E_UNSUPPORTED, "hidden_act '%s': DeepSeek's MLPs are "
+                            "SiLU-gated (silu)", m);
     if (get_int(api, cfg, "moe_layer_freq", 1) != 1)
         return lh_error_set(err, LH_E_UNSUPPORTED, "moe_layer_freq %lld: every layer from "
                             "first_k_dense_replace on is sparse (transformers ignores the key)",
@@ -132,6 +145,33 @@ static lh_moe_spec moe_spec(const lh_host_api *api, const lh_model_config *cfg,
     return s;
 }
 
+/* transformers' yarn_get_mscale */
+static double yarn_mscale(double factor, double mscale)
+{
+    return factor <= 1.0 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
+}
+
+/* DeepSeek's softmax scale: 1 / sqrt(qk head dim), times mscale(factor, mscale_all_dim)^2
+ * under any scaled RoPE whose mscale_all_dim is set (transformers' yarn_apply_mscale). */
+static double softmax_scale(const lh_model_geometry *g)
+{
+    double scale = 1.0 / sqrt((double)(g->qk_nope_head_dim + g->qk_rope_head_dim));
+    const lh_rope_scaling *rs = &g->rope_scaling;
+    if (rs->kind && strcmp(rs->kind, "default") != 0 && rs->mscale_all_dim != 0.0) {
+        const double m = yarn_mscale(rs->factor, rs->mscale_all_dim);
+        scale *= m * m;
+    }
+    return scale;
+}
+
+static bool get_bool(const lh_host_api *api, const lh_model_config *cfg, const char *key,
+                     bool def)
+{
+    bool v = def;
+    api->config_get_bool(cfg, key, &v);
+    return v;
+}
+
 static lh_status construct(const lh_host_api *api, lh_build *b, const lh_model_config *cfg,
                            const ds_version *v)
 {
@@ -140,6 +180,7 @@ static lh_status construct(const lh_host_api *api, lh_build *b, const lh_model_c
     const double eps = g->rms_norm_eps;
     const int64_t dense = get_int(api, cfg, "first_k_dense_replace", v->first_dense);
     const lh_moe_spec ms = moe_spec(api, cfg, v);
+    const bool bias = get_bool(api, cfg, "attention_bias", false);
     lh_module *root = api->module_root(b);
     lh_module *model = api->add_container(b, root, "model");
     api->add_embedding(b, model, "embed_tokens", g->vocab_size, hidden);
@@ -166,22 +207,26 @@ static lh_status construct(const lh_host_api *api, lh_build *b, const lh_model_c
             .qk_rope_head_dim = g->qk_rope_head_dim,
             .qk_nope_head_dim = g->qk_nope_head_dim,
             .v_head_dim = g->v_head_dim,
+            .scale = softmax_scale(g),
+            .rope_interleaved = !v->v3 || get_bool(api, cfg, "rope_interleave", true),
         };
         lh_module *attn = api->add_attention(b, layer, "self_attn", &as);
         const int64_t q_out = H * as.head_dim;
         if (g->has_q_lora_rank) {
-            api->add_linear(b, attn, "q_a_proj", hidden, g->q_lora_rank, false);
+            api->add_linear(b, attn, "q_a_proj", hidden, g->q_lora_rank, bias);
             api->add_rmsnorm(b, attn, "q_a_layernorm", g->q_lora_rank, eps);
             api->add_linear(b, attn, "q_b_proj", g->q_lora_rank, q_out, false);
         } else {
             api->add_linear(b, attn, "q_proj", hidden, q_out, false);
         }
         api->add_linear(b, attn, "kv_a_proj_with_mqa", hidden,
-                        g->kv_lora_rank + g->qk_rope_head_dim, false);
+                        g->kv_lora_rank + g->qk_rope_head_dim, bias);
         api->add_rmsnorm(b, attn, "kv_a_layernorm", g->kv_lora_rank, eps);
-        api->add_linear(b, attn, "kv_b_proj", g->kv_lora_rank,
-                        H * (g->qk_nope_head_dim + g->v_head_dim), false);
-        api->add_linear(b, attn, "o_proj", H * g->v_head_dim, hidden, false);
+        const int64_t kvb_shape[2] = {H * (g->qk_nope_head_dim + g->v_head_dim),
+                                      g->kv_lora_rank};
+        api->add_param(b, api->add_container(b, attn, "kv_b_proj"), "weight", 2, kvb_shape,
+                       LH_PARAM_PLAIN);
+        api->add_linear(b, attn, "o_proj", H * g->v_head_dim, hidden, bias);
         api->add_rmsnorm(b, layer, "post_attention_layernorm", hidden, eps);
         if (ms.n_experts > 0 && i >= dense) {
             api->add_moe(b, layer, "mlp", &ms);
@@ -207,12 +252,185 @@ static lh_status construct_v3(const lh_host_api *api, lh_build *b, const lh_mode
     return construct(api, b, cfg, &v3);
 }
 
-/* construct only: the runner refuses a provider without bind / forward, naming it */
+/* ---- bind and forward ------------------------------------------------------------------------ */
+
+typedef struct ds_layer {
+    const lh_weight *in_norm, *post_norm;
+    const lh_weight *q, *q_a, *q_a_b, *q_a_norm, *q_b;      /* q, or q_a (+ bias), norm, q_b */
+    const lh_weight *kv_c, *kv_c_b, *k_rope, *k_rope_b;     /* rows of kv_a_proj_with_mqa */
+    const lh_weight *kv_norm, *kv_b, *o, *o_b;
+    const lh_weight *gate, *up, *down;                      /* dense layers */
+    const lh_moe_ref *moe;                                  /* sparse layers */
+    const lh_attn_ref *attn;
+} ds_layer;
+
+typedef struct ds_model {
+    int64_t hidden, inter, n_layers, heads, qk, lora, rope, vd, q_lora;
+    float eps;
+    const lh_weight *embed, *final_norm, *lm_head;
+    ds_layer *layers;
+} ds_model;
+
+static void destroy(void *model)
+{
+    ds_model *m = model;
+    if (m)
+        free(m->layers);
+    free(m);
+}
+
+static lh_status bind(const lh_host_api *api, lh_bind *bd, const lh_model_config *cfg,
+                      const ds_version *v, void **model, lh_forward_info *info)
+{
+    const lh_model_geometry *g = api->config_geometry(cfg);
+    ds_model *m = calloc(1, sizeof *m);
+    if (m)
+        m->layers = calloc((size_t)g->num_hidden_layers, sizeof *m->layers);
+    if (!m || !m->layers) {
+        destroy(m);
+        return api->bind_fail(bd, LH_E_NOMEM, "out of memory");
+    }
+    m->hidden = g->hidden_size;
+    m->n_layers = g->num_hidden_layers;
+    m->heads = g->num_attention_heads;
+    m->qk = g->qk_nope_head_dim + g->qk_rope_head_dim;
+    m->lora = g->kv_lora_rank;
+    m->rope = g->qk_rope_head_dim;
+    m->vd = g->v_head_dim;
+    m->q_lora = g->has_q_lora_rank ? g->q_lora_rank : 0;
+    m->eps = (float)g->rms_norm_eps;
+    const int64_t dense = get_int(api, cfg, "first_k_dense_replace", v->first_dense);
+    const lh_moe_spec ms = moe_spec(api, cfg, v);
+    m->inter = g->intermediate_size; /* the dense layers' (the MoE block has its own memory) */
+    m->embed = api->weight(bd, "model.embed_tokens.weight");
+    m->final_norm = api->weight(bd, "model.norm.weight");
+    m->lm_head = api->weight(bd, "lm_head.weight");
+    for (int64_t i = 0; i < m->n_layers && api->bind_status(bd) == LH_OK; i++) {
+        ds_layer *L = &m->layers[i];
+        const char *p = "model.layers.%" PRId64 ".%s";
+        L->in_norm = api->weight(bd, p, i, "input_layernorm.weight");
+        L->post_norm = api->weight(bd, p, i, "post_attention_layernorm.weight");
+        if (m->q_lora) {
+            L->q_a = api->weight(bd, p, i, "self_attn.q_a_proj.weight");
+            L->q_a_b = api->weight_opt(bd, p, i, "self_attn.q_a_proj.bias");
+            L->q_a_norm = api->weight(bd, p, i, "self_attn.q_a_layernorm.weight");
+            L->q_b = api->weight(bd, p, i, "self_attn.q_b_proj.weight");
+        } else {
+            L->q = api->weight(bd, p, i, "self_attn.q_proj.weight");
+        }
+        /* the compressed KV and the rope key as two projections: views of the fused rows */
+        const lh_weight *kva = api->weight(bd, p, i, "self_attn.kv_a_proj_with_mqa.weight");
+        const lh_weight *kvab = api->weight_opt(bd, p, i, "self_attn.kv_a_proj_with_mqa.bias");
+        L->kv_c = api->weight_rows(bd, kva, 0, m->lora);
+        L->k_rope = api->weight_rows(bd, kva, m->lora, m->rope);
+        if (kvab) {
+            L->kv_c_b = api->weight_rows(bd, kvab, 0, m->lora);
+            L->k_rope_b = api->weight_rows(bd, kvab, m->lora, m->rope);
+        }
+        L->kv_norm = api->weight(bd, p, i, "self_attn.kv_a_layernorm.weight");
+        L->kv_b = api->weight(bd, p, i, "self_attn.kv_b_proj.weight");
+        L->o = api->weight(bd, p, i, "self_attn.o_proj.weight");
+        L->o_b = api->weight_opt(bd, p, i, "self_attn.o_proj.bias");
+        if (ms.n_experts > 0 && i >= dense) {
+            L->moe = api->moe(bd, p, i, "mlp");
+        } else {
+            L->gate = api->weight(bd, p, i, "mlp.gate_proj.weight");
+            L->up = api->weight(bd, p, i, "mlp.up_proj.weight");
+            L->down = api->weight(bd, p, i, "mlp.down_proj.weight");
+        }
+        L->attn = api->attention(bd, "model.layers.%" PRId64 ".self_attn", i);
+    }
+    lh_status st = api->bind_status(bd);
+    if (st != LH_OK) {
+        destroy(m);
+        return st;
+    }
+    info->vocab_size = g->vocab_size;
+    /* resid, h, proj [hidden]; q_a [q_lora, or 1 unused column without query compression];
+     * q [heads x qk]; kv_c [lora]; k_rope [rope]; attn [heads x v]; gate, up [inter] */
+    info->scratch_bytes_per_token =
+        (int64_t)sizeof(float) * (3 * m->hidden + (m->q_lora > 0 ? m->q_lora : 1) +
+                                  m->heads * m->qk + m->lora + m->rope + m->heads * m->vd +
+                                  2 * m->inter);
+    info->scratch_bytes_per_row = (int64_t)sizeof(float) * m->hidden;
+    info->scratch_requests = 10;
+    *model = m;
+    return LH_OK;
+}
+
+static lh_status bind_v2(const lh_host_api *api, lh_bind *bd, const lh_model_config *cfg,
+                         void **model, lh_forward_info *info)
+{
+    return bind(api, bd, cfg, &v2, model, info);
+}
+
+static lh_status bind_v3(const lh_host_api *api, lh_bind *bd, const lh_model_config *cfg,
+                         void **model, lh_forward_info *info)
+{
+    return bind(api, bd, cfg, &v3, model, info);
+}
+
+static lh_status forward(void *model, const lh_host_api *api, lh_fwd *f)
+{
+    const ds_model *m = model;
+    const int64_t T = api->fwd_step(f)->n_tokens, H = m->heads;
+    lh_tensor resid = api->scratch(f, T, m->hidden), h = api->scratch(f, T, m->hidden);
+    lh_tensor proj = api->scratch(f, T, m->hidden);
+    lh_tensor qa = api->scratch(f, T, m->q_lora > 0 ? m->q_lora : 1);
+    lh_tensor q = api->scratch(f, T, H * m->qk), kvc = api->scratch(f, T, m->lora);
+    lh_tensor kr = api->scratch(f, T, m->rope), attn = api->scratch(f, T, H * m->vd);
+    lh_tensor gate = api->scratch(f, T, m->inter), up = api->scratch(f, T, m->inter);
+
+    api->fwd_where(f, "embedding");
+    api->embed(f, m->embed, &resid);
+    api->rmsnorm(f, &resid, m->layers[0].in_norm, m->eps, 0.0f, &h);
+    for (int64_t i = 0; i < m->n_layers && api->fwd_status(f) == LH_OK; i++) {
+        const ds_layer *L = &m->layers[i];
+        api->fwd_where(f, "layer %" PRId64, i);
+        if (L->q_a) {
+            api->linear(f, &h, L->q_a, L->q_a_b, &qa);
+            api->rmsnorm(f, &qa, L->q_a_norm, m->eps, 0.0f, &qa);
+            api->linear(f, &qa, L->q_b, NULL, &q);
+        } else {
+            api->linear(f, &h, L->q, NULL, &q);
+        }
+        api->linear(f, &h, L->kv_c, L->kv_c_b, &kvc);
+        api->rmsnorm(f, &kvc, L->kv_norm, m->eps, 0.0f, &kvc);
+        api->linear(f, &h, L->k_rope, L->k_rope_b, &kr);
+        api->attend_mla(f, L->attn, &q, &kvc, &kr, L->kv_b, &attn);
+        api->linear(f, &attn, L->o, L->o_b, &proj);
+        api->residual_rmsnorm(f, &resid, &proj, L->post_norm, m->eps, 0.0f, &h);
+        if (L->moe) {
+            api->moe_ffn(f, L->moe, &h, &proj);
+        } else {
+            api->linear(f, &h, L->gate, NULL, &gate);
+            api->linear(f, &h, L->up, NULL, &up);
+            api->act_mul(f, LH_ACT_SILU, &gate, &up, &gate);
+            api->linear(f, &gate, L->down, NULL, &proj);
+        }
+        const lh_weight *next = i + 1 < m->n_layers ? m->layers[i + 1].in_norm : m->final_norm;
+        api->residual_rmsnorm(f, &resid, &proj, next, m->eps, 0.0f, &h);
+    }
+    lh_tensor logits = api->logits(f);
+    if (logits.shape[0] == 0)
+        return api->fwd_status(f);
+    api->fwd_where(f, "lm_head");
+    lh_tensor rows = api->output_rows(f, &h);
+    api->linear(f, &rows, m->lm_head, NULL, &logits);
+    return api->fwd_status(f);
+}
+
 static const lh_model_ops ops_v2 = {.struct_size = sizeof(lh_model_ops),
                                     .construct = construct_v2,
+                                    .bind = bind_v2,
+                                    .forward = forward,
+                                    .destroy = destroy,
                                     .check_config = check_v2};
 static const lh_model_ops ops_v3 = {.struct_size = sizeof(lh_model_ops),
                                     .construct = construct_v3,
+                                    .bind = bind_v3,
+                                    .forward = forward,
+                                    .destroy = destroy,
                                     .check_config = check_v3};
 
 static lh_status init(const lh_host_api *api, lh_plugin_ctx *ctx)

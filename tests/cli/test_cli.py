@@ -598,18 +598,31 @@ class TestErrorClasses(CliTestCase):
                                 "did you mean 'LlamaForCausalLM'")
         self.assertIn("Qwen3ForCausalLM", err)  # the known names are listed
 
-    def test_deepseek_resolves_but_mla_is_refused(self):
-        # the DeepSeek plugin describes the model (its tree); no backend attends with MLA yet,
-        # which explain and bench say before any weight is read
+    def test_deepseek_explains_the_latent_cache(self):
+        # the paged pool holds one latent of kv_lora_rank + qk_rope_head_dim per token and
+        # layer (DESIGN 8); vanilla, the oracle, expands keys and values per head
         rc, out, err = cli("resolve", cfg("deepseek-v3"))
         self.assertEqual(rc, 0, err)
         self.assertIn("libmodel_deepseek.so", out)
-        for cmd in ("explain", "bench"):
-            with self.subTest(cmd=cmd):
-                args = (cmd, cfg("deepseek-v3")) + (("-n", "2") if cmd == "bench" else ())
-                self.assert_error(cli(*args), 14, "unsupported",
-                                  "attention backend 'paged' does not support mla",
-                                  "kv_lora_rank=512")
+        for name, layers in (("deepseek-v3", 61), ("deepseek-v2-lite", 27)):
+            with self.subTest(model=name):
+                j = self.ok_json("explain", cfg(name), "--json")
+                kv = j["attention"]["kv_cache"]
+                self.assertTrue(kv["latent"])
+                self.assertEqual(kv["bytes_per_token"], layers * (512 + 64) * 4)
+                self.assertEqual(j["kv_bytes_per_token"], layers * (512 + 64) * 4)
+                j = self.ok_json("explain", cfg(name), "--json", "--set",
+                                 "kv_cache.dtype=fp8")
+                self.assertEqual(j["attention"]["kv_cache"]["bytes_per_token"],
+                                 layers * (512 + 64))
+        j = self.ok_json("explain", cfg("deepseek-v3"), "--json", "--set",
+                         "attn_backend=vanilla")
+        self.assertEqual(j["attention"]["kv_cache"]["bytes_per_token"],
+                         61 * 128 * (128 + 64 + 128) * 4)
+        # one latent serves as keys and values: mixed-precision KV has nothing to split
+        self.assert_error(cli("explain", cfg("deepseek-v3"), "--set",
+                              "kv_cache.v_dtype=bfloat16"), 3, "config-error",
+                          "kv_cache.v_dtype bf16", "one latent")
 
     def test_module_file_missing(self):
         d = self.plugin_dir("c", [], [("model", "GhostForCausalLM", "libmodel_ghost.so")])
@@ -1273,7 +1286,8 @@ class TestInference(CliTestCase):
         self.assertIn("vanilla", names)
         van = j["backends"][names.index("vanilla")]
         self.assertTrue(van["capabilities"]["sliding_window"])
-        self.assertFalse(van["capabilities"]["mla"])
+        self.assertTrue(van["capabilities"]["mla"])
+        self.assertFalse(van["capabilities"]["paged_kv"])
         self.assertTrue(all(os.path.basename(p).startswith("libattn_")
                             for p in j["loaded_plugins"]), j["loaded_plugins"])
 
@@ -1772,12 +1786,12 @@ class TestValidationCli(CliTestCase):
         j = self.ok_json("backends", "--json")
         caps = {b["name"]: b["capabilities"] for b in j["backends"]}
         want_paged = {"fused_rope": True, "sparse": True, "mixed_kv": True, "paged_kv": True,
-                      "fp8_kv": True, "chunked": True, "sliding_window": True, "mla": False,
+                      "fp8_kv": True, "chunked": True, "sliding_window": True, "mla": True,
                       "fp4_kv": False, "fused_qkv": False, "softcap": True}
         for k, v in want_paged.items():
             self.assertIs(caps["paged"][k], v, k)
         self.assertEqual({k for k, v in caps["vanilla"].items() if v},
-                         {"sliding_window", "softcap"})
+                         {"sliding_window", "softcap", "mla"})
         self.assertEqual(set(caps["vanilla"]), set(want_paged))
         rc, out, err = cli("backends")
         self.assertEqual(rc, 0, err)

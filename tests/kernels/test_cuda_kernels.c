@@ -1396,7 +1396,8 @@ static lh_rope_scaling scaling_of(const char *kind)
 }
 
 /* 1e-5 absolute on inputs in [-1, 1): the angle is float(pos) * inv_freq in f32 on both sides,
- * its cosine and sine may differ in the last bits. */
+ * its cosine and sine may differ in the last bits. Every case in both pair layouts: rotate_half
+ * and interleaved (rope.interleaved: dims 2i, 2i + 1). */
 static void test_gpu_rope(void)
 {
     NEED_GPU();
@@ -1453,12 +1454,14 @@ static void test_gpu_rope(void)
     static const int32_t pos_hi[7] = {0, 1, 63, 64, 150, 198, 199};
     static const int32_t pos_lo[7] = {0, 1, 2, 17, 40, 62, 63};
     const int64_t T = 7, H = 3;
-    for (int ci = 0; ci < 11; ci++) {
-        const struct rcase *rc = &cases[ci];
+    for (int cj = 0; cj < 22; cj++) {
+        const struct rcase *rc = &cases[cj % 11];
+        const bool inter = cj >= 11;
         lh_rope r;
         const lh_rope_scaling *sp = rc->s.kind ? &rc->s : NULL;
         if (!OK(NULL, lh_k_rope_init(&r, rc->rd, rc->theta, sp, rc->max_pos)))
             continue;
+        r.interleaved = inter;
         const int32_t *pos = rc->dyn == 1 ? pos_hi : rc->dyn == 2 ? pos_lo : pos_any;
         const int64_t seq_len = (int64_t)pos[T - 1] + 1;
         const int64_t D = rc->D, n = T * H * D;
@@ -1467,8 +1470,8 @@ static void test_gpu_rope(void)
         void *dx = dput(&e, LH_DTYPE_F32, x, n);
         lh_tensor hx = kt_t3(LH_DTYPE_F32, x, T, H, D), gx = on_gpu(kt_t3(LH_DTYPE_F32, dx, T, H, D));
         char what[96];
-        snprintf(what, sizeof what, "rope_apply %s (rotary %lld of %lld)", rc->name,
-                 (long long)rc->rd, (long long)D);
+        snprintf(what, sizeof what, "rope_apply %s (rotary %lld of %lld)%s", rc->name,
+                 (long long)rc->rd, (long long)D, inter ? ", interleaved" : "");
         if (OK(e.c, lh_k_rope_apply(e.c, &r, &hx, pos, seq_len)) &&
             OK(e.g, lh_k_rope_apply(e.g, &r, &gx, pos, seq_len)) &&
             dget(&e, LH_DTYPE_F32, og, dx, n))
@@ -1483,7 +1486,8 @@ static void test_gpu_rope(void)
 
 /* ---- attention over a contiguous cache ------------------------------------------------------ */
 
-/* 1e-5 absolute (q, k, v in [-1, 1)) */
+/* 1e-5 absolute (q, k, v in [-1, 1)). v may have its own head dim Dv (MLA without absorption:
+ * q and k 192 = 128 + 64 rope dims, v 128). */
 static void test_gpu_attention(void)
 {
     NEED_GPU();
@@ -1493,44 +1497,49 @@ static void test_gpu_attention(void)
     kt_seed(1111);
     static const struct {
         int64_t T, S, H, KVH, D, window, first_pos; /* query t at first_pos + t */
-    } cases[6] = {
-        {1, 300, 8, 8, 64, 0, 299},   /* decode */
-        {5, 40, 8, 2, 128, 0, 35},    /* GQA, a short continuation */
-        {20, 100, 4, 1, 64, 16, 80},  /* sliding window, MQA */
-        {7, 7, 6, 3, 80, 0, 0},       /* prefill, head_dim 80 */
-        {1, 2000, 4, 2, 64, 0, 1999}, /* a long decode */
-        {33, 600, 8, 2, 64, 128, 567},
+        int64_t Dv;                                 /* 0: D */
+    } cases[8] = {
+        {1, 300, 8, 8, 64, 0, 299, 0},   /* decode */
+        {5, 40, 8, 2, 128, 0, 35, 0},    /* GQA, a short continuation */
+        {20, 100, 4, 1, 64, 16, 80, 0},  /* sliding window, MQA */
+        {7, 7, 6, 3, 80, 0, 0, 0},       /* prefill, head_dim 80 */
+        {1, 2000, 4, 2, 64, 0, 1999, 0}, /* a long decode */
+        {33, 600, 8, 2, 64, 128, 567, 0},
+        {6, 50, 8, 8, 192, 0, 44, 128},  /* MLA prefill: D 192, Dv 128 */
+        {1, 333, 16, 16, 192, 0, 332, 128},
     };
-    for (int ci = 0; ci < 6; ci++) {
+    for (int ci = 0; ci < 8; ci++) {
         const int64_t T = cases[ci].T, S = cases[ci].S, H = cases[ci].H, KVH = cases[ci].KVH;
-        const int64_t D = cases[ci].D, nq = T * H * D, nk = S * KVH * D;
+        const int64_t D = cases[ci].D, Dv = cases[ci].Dv ? cases[ci].Dv : D;
+        const int64_t nq = T * H * D, nk = S * KVH * D, nv = S * KVH * Dv, no = T * H * Dv;
         float *q = xcalloc((size_t)nq, sizeof(float)), *k = xcalloc((size_t)nk, sizeof(float));
-        float *v = xcalloc((size_t)nk, sizeof(float));
-        float *oc = xcalloc((size_t)nq, sizeof(float)), *og = xcalloc((size_t)nq, sizeof(float));
+        float *v = xcalloc((size_t)nv, sizeof(float));
+        float *oc = xcalloc((size_t)no, sizeof(float)), *og = xcalloc((size_t)no, sizeof(float));
         int32_t *qp = xcalloc((size_t)T, sizeof(int32_t));
         fill_uniform(q, nq, 1.0f);
         fill_uniform(k, nk, 1.0f);
-        fill_uniform(v, nk, 1.0f);
+        fill_uniform(v, nv, 1.0f);
         for (int64_t t = 0; t < T; t++)
             qp[t] = (int32_t)(cases[ci].first_pos + t);
         void *dq = dput(&e, LH_DTYPE_F32, q, nq), *dk = dput(&e, LH_DTYPE_F32, k, nk);
-        void *dv = dput(&e, LH_DTYPE_F32, v, nk), *dout = dnew(&e, (size_t)nq * sizeof(float));
+        void *dv = dput(&e, LH_DTYPE_F32, v, nv), *dout = dnew(&e, (size_t)no * sizeof(float));
         lh_tensor hq = kt_t3(LH_DTYPE_F32, q, T, H, D), hk = kt_t3(LH_DTYPE_F32, k, S, KVH, D);
-        lh_tensor hv = kt_t3(LH_DTYPE_F32, v, S, KVH, D), ho = kt_t3(LH_DTYPE_F32, oc, T, H, D);
+        lh_tensor hv = kt_t3(LH_DTYPE_F32, v, S, KVH, Dv), ho = kt_t3(LH_DTYPE_F32, oc, T, H, Dv);
         lh_tensor gq = on_gpu(kt_t3(LH_DTYPE_F32, dq, T, H, D));
         lh_tensor gk = on_gpu(kt_t3(LH_DTYPE_F32, dk, S, KVH, D));
-        lh_tensor gv = on_gpu(kt_t3(LH_DTYPE_F32, dv, S, KVH, D));
-        lh_tensor go = on_gpu(kt_t3(LH_DTYPE_F32, dout, T, H, D));
+        lh_tensor gv = on_gpu(kt_t3(LH_DTYPE_F32, dv, S, KVH, Dv));
+        lh_tensor go = on_gpu(kt_t3(LH_DTYPE_F32, dout, T, H, Dv));
         const float scale = 1.0f / sqrtf((float)D);
-        char what[128];
-        snprintf(what, sizeof what, "attention T %lld S %lld H %lld KVH %lld D %lld window %lld",
+        char what[160];
+        snprintf(what, sizeof what,
+                 "attention T %lld S %lld H %lld KVH %lld D %lld Dv %lld window %lld",
                  (long long)T, (long long)S, (long long)H, (long long)KVH, (long long)D,
-                 (long long)cases[ci].window);
+                 (long long)Dv, (long long)cases[ci].window);
         const int64_t w = cases[ci].window;
         if (OK(e.c, lh_k_attention(e.c, &hq, &hk, &hv, qp, scale, 0.0f, w, &ho)) &&
             OK(e.g, lh_k_attention(e.g, &gq, &gk, &gv, qp, scale, 0.0f, w, &go)) &&
-            dget(&e, LH_DTYPE_F32, og, dout, nq))
-            CMP(what, og, oc, nq, 1e-5, 0.0, NULL);
+            dget(&e, LH_DTYPE_F32, og, dout, no))
+            CMP(what, og, oc, no, 1e-5, 0.0, NULL);
         env_drop(&e);
         free(q);
         free(k);
@@ -1728,12 +1737,13 @@ static void test_gpu_attention_softcap(void)
 
 /* The pool the CPU writes (host), the one the GPU writes (device) and a host copy of the
  * latter. Both start as all-ones bytes (NaN in every dtype, scales and summaries too), so a
- * slot written by one side only shows. */
+ * slot written by one side only shows. An aliased pool (gpool_alias) has v = k, one tensor
+ * (multi-head latent attention): its writes pass v NULL. */
 typedef struct gpool {
     lh_dtype kdt, vdt;
     lh_kv_layout lay;
     int64_t bs, KVH, D, NB, nel, nsc;
-    bool sums;
+    bool sums, alias;
     void *hk, *hv, *gk, *gv;
     float *hks, *hvs, *hmin, *hmax, *gks, *gvs, *gmin, *gmax;
     void *dk, *dv, *dks, *dvs, *dmin, *dmax;
@@ -1802,8 +1812,32 @@ static void gpool_init(genv *e, gpool *p, lh_dtype kdt, lh_dtype vdt, lh_kv_layo
     }
 }
 
+/* Makes an initialized pool of kdt == vdt one tensor: v (and its fp8 scales) become k's. */
+static void gpool_alias(gpool *p)
+{
+    free(p->hv);
+    free(p->gv);
+    p->hv = p->hk;
+    p->gv = p->gk;
+    p->dv = p->dk;
+    p->hkv.v = p->hkv.k;
+    p->dkv.v = p->dkv.k;
+    if (p->hks) {
+        free(p->hvs);
+        free(p->gvs);
+        p->hvs = p->hks;
+        p->gvs = p->gks;
+        p->dvs = p->dks;
+        p->hkv.v_scale = p->hkv.k_scale;
+        p->dkv.v_scale = p->dkv.k_scale;
+    }
+    p->alias = true;
+}
+
 static void gpool_free(gpool *p)
 {
+    if (p->alias)
+        p->hv = p->gv = NULL, p->hvs = p->gvs = NULL;
     free(p->hk);
     free(p->hv);
     free(p->gk);
@@ -1866,7 +1900,7 @@ static float pool_decode(lh_dtype dt, const void *base, const float *scales, int
 static void gpool_compare(const gpool *p, bool rope, const char *what)
 {
     acc ak = {0}, av = {0}, as = {0}, am = {0};
-    for (int is_v = 0; is_v < 2; is_v++) {
+    for (int is_v = 0; is_v < (p->alias ? 1 : 2); is_v++) {
         const lh_dtype dt = is_v ? p->vdt : p->kdt;
         const void *hb = is_v ? p->hv : p->hk, *gb = is_v ? p->gv : p->gk;
         const float *hs = is_v ? p->hvs : p->hks, *gs = is_v ? p->gvs : p->gks;
@@ -2021,8 +2055,11 @@ static bool pwrite(genv *e, gpool *p, const pbatch *b, const int64_t *from, cons
     void *dkk = dput(e, LH_DTYPE_F32, kk, Tw * row), *dvv = dput(e, LH_DTYPE_F32, vv, Tw * row);
     lh_tensor gk = on_gpu(kt_t3(LH_DTYPE_F32, dkk, Tw, b->KVH, b->D));
     lh_tensor gv = on_gpu(kt_t3(LH_DTYPE_F32, dvv, Tw, b->KVH, b->D));
-    bool ok = OK(e->c, lh_k_paged_kv_write_batch(e->c, &p->hkv, &pb, &hk, &hv, rope)) &&
-              OK(e->g, lh_k_paged_kv_write_batch(e->g, &p->dkv, &pb, &gk, &gv, rope));
+    /* an aliased pool: keys only */
+    bool ok = OK(e->c, lh_k_paged_kv_write_batch(e->c, &p->hkv, &pb, &hk, p->alias ? NULL : &hv,
+                                                 rope)) &&
+              OK(e->g, lh_k_paged_kv_write_batch(e->g, &p->dkv, &pb, &gk, p->alias ? NULL : &gv,
+                                                 rope));
     /* the keys given are not changed (fused RoPE rotates a private copy) */
     float *back = xcalloc((size_t)(Tw * row), sizeof(float));
     if (ok && rope && dget(e, LH_DTYPE_F32, back, dkk, Tw * row) &&
@@ -2043,10 +2080,11 @@ static bool pwrite(genv *e, gpool *p, const pbatch *b, const int64_t *from, cons
 static void paged_case(genv *e, lh_dtype kdt, lh_dtype vdt, lh_kv_layout lay, int64_t bs,
                        int variant, bool bounds)
 {
-    static const char *const vnames[7] = {"dense",          "window 100, 4 splits",
+    static const char *const vnames[8] = {"dense",          "window 100, 4 splits",
                                           "chunk 64",       "fused rope (default)",
                                           "sparse top-2 local 1", "fused dynamic rope, sparse covering, window",
-                                          "fused longrope, partial rotary"};
+                                          "fused longrope, partial rotary",
+                                          "fused interleaved rope, partial rotary, sparse"};
     const int64_t H = 8, KVH = 2, D = variant % 2 ? 128 : 64, T = P_T, nq = T * H * D;
     const bool sums = variant >= 4 || bs == 16;
     char what[256];
@@ -2081,9 +2119,19 @@ static void paged_case(genv *e, lh_dtype kdt, lh_dtype vdt, lh_kv_layout lay, in
         lh_k_rope_free(&rope_dyn);
         return;
     }
+    /* interleaved pairs over half of each head (DeepSeek's rope dims) */
+    lh_rope rope_il;
+    if (!OK(NULL, lh_k_rope_init(&rope_il, D / 2, 10000.0, NULL, 4096))) {
+        lh_k_rope_free(&rope_def);
+        lh_k_rope_free(&rope_dyn);
+        lh_k_rope_free(&rope_lr);
+        return;
+    }
+    rope_il.interleaved = true;
     const lh_rope *rope = variant == 3   ? &rope_def
                           : variant == 5 ? &rope_dyn
                           : variant == 6 ? &rope_lr
+                          : variant == 7 ? &rope_il
                                          : NULL;
     lh_paged_attn_params prm = {.struct_size = sizeof prm, .scale = 1.0f / sqrtf((float)D)};
     switch (variant) {
@@ -2104,6 +2152,11 @@ static void paged_case(genv *e, lh_dtype kdt, lh_dtype vdt, lh_kv_layout lay, in
         prm.sliding_window = 200;
         break;
     case 6: prm.rope = rope; break;
+    case 7:
+        prm.rope = rope;
+        prm.sparse_top_k = 2;
+        prm.sparse_local_blocks = 1;
+        break;
     default: break;
     }
     OK(e->g, lh_k_ctx_set_bounds(e->g, bounds ? 1024 : 0, bounds ? 1024 : 0));
@@ -2162,6 +2215,7 @@ static void paged_case(genv *e, lh_dtype kdt, lh_dtype vdt, lh_kv_layout lay, in
     lh_k_rope_free(&rope_def);
     lh_k_rope_free(&rope_dyn);
     lh_k_rope_free(&rope_lr);
+    lh_k_rope_free(&rope_il);
 }
 
 static void paged_layout(lh_kv_layout lay)
@@ -2187,6 +2241,9 @@ static void paged_layout(lh_kv_layout lay)
     /* fused longrope (partial rotary, short and long tables by kv_len) */
     paged_case(&e, LH_DTYPE_F32, LH_DTYPE_F32, lay, 16, 6, false);
     paged_case(&e, LH_DTYPE_BF16, LH_DTYPE_FP8_E4M3, lay, 1, 6, true);
+    /* fused interleaved rope (partial rotary), with sparse selection over the rotated q */
+    paged_case(&e, LH_DTYPE_F32, LH_DTYPE_F32, lay, 16, 7, false);
+    paged_case(&e, LH_DTYPE_FP8_E4M3, LH_DTYPE_BF16, lay, 1, 7, true);
     env_close(&e);
 }
 
@@ -3283,6 +3340,261 @@ static void test_gpu_moe(void)
     env_close(&e);
 }
 
+/* ---- multi-head latent attention: the absorbed decode over one latent ----------------------- */
+
+/* One configuration of MLA's cache: one kv head of the latent (D = kv_lora_rank 512 + 64 rope
+ * dims = 576, or 1024), the pool's v its k (gpool_alias: the writes pass v NULL and store the
+ * keys and their summaries only), H query heads attending over it with v = k. History in two
+ * writes, then the step's tokens; the pools compared (keys only); then both attend over the
+ * CPU's pool, the mixed batch (the prefill kernel) and its decode rows only (the
+ * flash-decoding kernel: every n_new <= 8). Fused RoPE in interleaved pairs over the first 64
+ * dims when rope is set (keys rotated by the write, queries by the attention). Attention
+ * against the CPU: 1e-4 absolute (|v| < 1.5), 5e-4 for an fp8 pool. */
+static void mla_case(genv *e, lh_dtype dt, int64_t D, int64_t H, int64_t bs, bool rope_on,
+                     lh_kv_layout lay)
+{
+    const int64_t KVH = 1, T = P_T, nq = T * H * D;
+    char what[200];
+    snprintf(what, sizeof what, "mla pool %s %s block %lld D %lld H %lld%s", dt_name(dt),
+             lay == LH_KV_NHD ? "NHD" : "HND", (long long)bs, (long long)D, (long long)H,
+             rope_on ? ", fused interleaved rope" : "");
+    lh_rope rope;
+    if (!OK(NULL, lh_k_rope_init(&rope, 64, 10000.0, NULL, 4096)))
+        return;
+    rope.interleaved = true;
+    const lh_rope *rp = rope_on ? &rope : NULL;
+    pbatch b;
+    pbatch_init(&b, KVH, D, bs);
+    gpool p;
+    gpool_init(e, &p, dt, dt, lay, bs, KVH, D, b.NB, true);
+    gpool_alias(&p);
+    int64_t cut[4][PSEQS];
+    for (int s = 0; s < PSEQS; s++) {
+        const int64_t h = b.kv_len[s] - b.n_new[s];
+        cut[0][s] = 0;
+        cut[1][s] = h / 2;
+        cut[2][s] = h;
+        cut[3][s] = b.kv_len[s];
+    }
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++)
+        ok = pwrite(e, &p, &b, cut[i], cut[i + 1], rp, what);
+    if (ok && gpool_pull(e, &p))
+        gpool_compare(&p, rp != NULL, what);
+
+    float *q = xcalloc((size_t)nq, sizeof(float)), *oc = xcalloc((size_t)nq, sizeof(float));
+    float *og = xcalloc((size_t)nq, sizeof(float));
+    fill_uniform(q, nq, 1.0f);
+    void *dq = dput(e, LH_DTYPE_F32, q, nq), *dout = dnew(e, (size_t)nq * sizeof(float));
+    ok = ok && dq && dout && gpool_push(e, &p);
+    int64_t n_dec[PSEQS];
+    for (int s = 0; s < PSEQS; s++)
+        n_dec[s] = b.n_new[s] <= 8 ? b.n_new[s] : 0;
+    const bool fp8 = dt == LH_DTYPE_FP8_E4M3;
+    for (int mode = 0; ok && mode < 2; mode++) {
+        /* the softmax scale of DeepSeek's absorbed attention: 1 / sqrt(qk_head_dim 192) */
+        lh_paged_attn_params prm = {.struct_size = sizeof prm, .scale = 1.0f / sqrtf(192.0f),
+                                    .rope = rp};
+        lh_paged_batch pb = {.struct_size = sizeof pb, .n_seqs = PSEQS, .token_start = b.tok0,
+                             .n_new = mode ? n_dec : b.n_new, .kv_len = b.kv_len,
+                             .positions = b.pos, .block_tables = b.tables,
+                             .n_blocks = b.n_blocks};
+        for (int64_t i = 0; i < nq; i++)
+            oc[i] = SENTINEL; /* rows of no sequence stay SENTINEL on both */
+        if (!dset(e, LH_DTYPE_F32, dout, oc, nq))
+            break;
+        lh_tensor hq = kt_t3(LH_DTYPE_F32, q, T, H, D), ho = kt_t3(LH_DTYPE_F32, oc, T, H, D);
+        lh_tensor gq = on_gpu(kt_t3(LH_DTYPE_F32, dq, T, H, D));
+        lh_tensor go = on_gpu(kt_t3(LH_DTYPE_F32, dout, T, H, D));
+        char w2[280];
+        snprintf(w2, sizeof w2, "%.200s: attention, %s", what,
+                 mode ? "decode rows only" : "mixed batch");
+        if (OK(e->c, lh_k_paged_attention_batch(e->c, &hq, &p.hkv, &pb, &prm, &ho)) &&
+            OK(e->g, lh_k_paged_attention_batch(e->g, &gq, &p.dkv, &pb, &prm, &go)) &&
+            dget(e, LH_DTYPE_F32, og, dout, nq))
+            CMP(w2, og, oc, nq, fp8 ? 5e-4 : 1e-4, 0.0, NULL);
+    }
+    env_drop(e);
+    free(q);
+    free(oc);
+    free(og);
+    gpool_free(&p);
+    pbatch_free(&b);
+    lh_k_rope_free(&rope);
+}
+
+static void test_gpu_paged_mla(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(1919);
+    mla_case(&e, LH_DTYPE_F32, 576, 16, 16, true, LH_KV_NHD);
+    mla_case(&e, LH_DTYPE_BF16, 576, 16, 1, false, LH_KV_NHD);
+    mla_case(&e, LH_DTYPE_FP8_E4M3, 576, 16, 16, true, LH_KV_HND);
+    mla_case(&e, LH_DTYPE_F16, 1024, 20, 16, true, LH_KV_NHD); /* 20 heads: chunks of 7 */
+    env_close(&e);
+}
+
+/* ---- per-head linear maps and strided copies ------------------------------------------------ */
+
+/* A 3-dim view of dtype dt at element offset off of base, strides s0, s1, 1. */
+static lh_tensor view3(lh_dtype dt, void *base, int64_t off, int64_t a, int64_t b, int64_t c,
+                       int64_t s0, int64_t s1)
+{
+    lh_tensor t = kt_t3(dt, (char *)base + (size_t)off * dt_size(dt), a, b, c);
+    t.stride[0] = s0;
+    t.stride[1] = s1;
+    t.stride[2] = 1;
+    return t;
+}
+
+/* lh_k_matmul_heads over views, both modes (w [H, N, K] transposed, w [H, K, N] as it is),
+ * f32 / bf16 / f16 weights: x a slice of wider rows, each head's weight a block of a larger
+ * (fused) projection at a row and column offset, y a slice of wider rows whose other elements
+ * stay untouched (SENTINEL on both sides). Variants: x broadcast over the heads (stride 0), one
+ * weight for every head (stride 0). Shapes: decode (T 1, MLA's 128 -> 512 absorption and
+ * 512 -> 128), T 16 and 17 (either side of the tile change), a prefill of 40; K and N not
+ * multiples of the tiles; K = 0 (zeros). Against the CPU: 2 K 2^-24 sum_k |x w| per element
+ * (the contract). */
+static void test_gpu_matmul_heads(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(2020);
+    static const struct {
+        int64_t T, H, K, N;
+    } cases[6] = {{1, 16, 128, 512}, {1, 8, 512, 128}, {16, 3, 77, 100}, {17, 2, 33, 130},
+                  {40, 4, 200, 70},  {3, 2, 0, 5}};
+    static const lh_dtype wdts[3] = {LH_DTYPE_F32, LH_DTYPE_BF16, LH_DTYPE_F16};
+    for (int ci = 0; ci < 6; ci++)
+        for (int di = 0; di < 3; di++)
+            for (int kn = 0; kn < 2; kn++)
+                for (int var = 0; var < 3; var++) {
+                    const int64_t T = cases[ci].T, H = cases[ci].H, K = cases[ci].K;
+                    const int64_t N = cases[ci].N;
+                    const lh_dtype dt = wdts[di];
+                    /* x rows of K + 7 (offset 3); w heads of RA rows of LB (row 1, column 2);
+                     * y rows of N + 9 (offset 2) */
+                    const int64_t XL = K + 7, A = kn ? K : N, B = kn ? N : K;
+                    const int64_t RA = A + 3, LB = B + 5, YL = N + 9;
+                    const int64_t nx = T * H * XL, nw = H * RA * LB, ny = T * H * YL;
+                    const bool xb = var == 1, wb = var == 2;
+                    float *x = xcalloc((size_t)nx, sizeof(float));
+                    float *wref = xcalloc((size_t)nw, sizeof(float));
+                    void *w = xcalloc((size_t)nw, sizeof(float));
+                    float *yc = xcalloc((size_t)ny, sizeof(float));
+                    float *yg = xcalloc((size_t)ny, sizeof(float));
+                    double *tol = xcalloc((size_t)ny, sizeof(double));
+                    fill_uniform(x, nx, 1.0f);
+                    kt_fill_w(dt, w, wref, nw, 1.0f);
+                    for (int64_t i = 0; i < ny; i++)
+                        yc[i] = SENTINEL;
+                    const int64_t xs0 = H * XL, xs1 = xb ? 0 : XL;
+                    const int64_t ws0 = wb ? 0 : RA * LB, woff = LB + 2;
+                    for (int64_t t = 0; t < T; t++)
+                        for (int64_t h = 0; h < H; h++)
+                            for (int64_t n = 0; n < N; n++) {
+                                double sa = 0;
+                                for (int64_t k = 0; k < K; k++) {
+                                    const int64_t wi = woff + h * ws0 +
+                                                       (kn ? k * LB + n : n * LB + k);
+                                    sa += fabs((double)x[t * xs0 + h * xs1 + 3 + k]) *
+                                          fabs((double)wref[wi]);
+                                }
+                                tol[(t * H + h) * YL + 2 + n] = 2.0 * (double)K * 0x1p-24 * sa;
+                            }
+                    void *dx = dput(&e, LH_DTYPE_F32, x, nx), *dw = dput(&e, dt, w, nw);
+                    void *dy = dput(&e, LH_DTYPE_F32, yc, ny);
+                    const lh_tensor hx = view3(LH_DTYPE_F32, x, 3, T, H, K, xs0, xs1);
+                    const lh_tensor hw = view3(dt, w, woff, H, A, B, ws0, LB);
+                    lh_tensor hy = view3(LH_DTYPE_F32, yc, 2, T, H, N, H * YL, YL);
+                    const lh_tensor gx = on_gpu(view3(LH_DTYPE_F32, dx, 3, T, H, K, xs0, xs1));
+                    const lh_tensor gw = on_gpu(view3(dt, dw, woff, H, A, B, ws0, LB));
+                    lh_tensor gy = on_gpu(view3(LH_DTYPE_F32, dy, 2, T, H, N, H * YL, YL));
+                    char what[200];
+                    snprintf(what, sizeof what,
+                             "matmul_heads w %s %s T %lld H %lld K %lld N %lld%s", dt_name(dt),
+                             kn ? "[H, K, N]" : "[H, N, K]", (long long)T, (long long)H,
+                             (long long)K, (long long)N,
+                             xb ? ", x broadcast over heads" : wb ? ", one weight for all heads"
+                                                                 : "");
+                    if (OK(e.c, lh_k_matmul_heads(e.c, &hx, &hw, kn != 0, &hy)) &&
+                        OK(e.g, lh_k_matmul_heads(e.g, &gx, &gw, kn != 0, &gy)) &&
+                        dget(&e, LH_DTYPE_F32, yg, dy, ny))
+                        CMP(what, yg, yc, ny, 0.0, 0.0, tol); /* outside y: SENTINEL, exact */
+                    env_drop(&e);
+                    free(x);
+                    free(wref);
+                    free(w);
+                    free(yc);
+                    free(yg);
+                    free(tol);
+                }
+    env_close(&e);
+}
+
+/* lh_k_copy_view: 1 to 4 dims, dst a slice of a larger buffer (its other elements untouched),
+ * src strided and broadcast (stride 0: MLA's one rope key for every head). Bit for bit. */
+static void test_gpu_copy_view(void)
+{
+    NEED_GPU();
+    genv e;
+    if (!env_open(&e))
+        return;
+    kt_seed(2121);
+    static const struct {
+        int nd;
+        int64_t shape[4], ds[4], ss[4], doff, soff;
+    } cases[6] = {
+        {1, {1000}, {1}, {1}, 5, 3},
+        {2, {7, 130}, {200, 1}, {150, 1}, 11, 0},
+        {2, {9, 64}, {64, 1}, {0, 1}, 0, 17},                   /* one row repeated */
+        {3, {3, 5, 64}, {5 * 192, 192, 1}, {64, 0, 1}, 128, 0}, /* k_pe into [.., 128 + 64] */
+        {3, {4, 6, 33}, {400, 40, 1}, {0, 33, 1}, 1, 2},
+        {4, {2, 3, 4, 33}, {1000, 300, 70, 1}, {0, 40, 0, 1}, 7, 5},
+    };
+    for (int ci = 0; ci < 6; ci++) {
+        const int nd = cases[ci].nd;
+        int64_t dn = 1, sn = 1; /* buffer sizes: one past the last element of each view */
+        for (int i = 0; i < nd; i++) {
+            dn += (cases[ci].shape[i] - 1) * cases[ci].ds[i];
+            sn += (cases[ci].shape[i] - 1) * cases[ci].ss[i];
+        }
+        dn += cases[ci].doff + 3;
+        sn += cases[ci].soff;
+        float *src = xcalloc((size_t)sn, sizeof(float)), *dc = xcalloc((size_t)dn, sizeof(float));
+        float *dg = xcalloc((size_t)dn, sizeof(float));
+        fill_uniform(src, sn, 4.0f);
+        for (int64_t i = 0; i < dn; i++)
+            dc[i] = SENTINEL;
+        void *ds = dput(&e, LH_DTYPE_F32, src, sn), *dd = dput(&e, LH_DTYPE_F32, dc, dn);
+        lh_tensor hs = lh_tensor_cpu(LH_DTYPE_F32, src + cases[ci].soff, nd, cases[ci].shape);
+        lh_tensor hd = lh_tensor_cpu(LH_DTYPE_F32, dc + cases[ci].doff, nd, cases[ci].shape);
+        lh_tensor gs = on_gpu(lh_tensor_cpu(LH_DTYPE_F32, (float *)ds + cases[ci].soff, nd,
+                                            cases[ci].shape));
+        lh_tensor gd = on_gpu(lh_tensor_cpu(LH_DTYPE_F32, (float *)dd + cases[ci].doff, nd,
+                                            cases[ci].shape));
+        for (int i = 0; i < nd; i++) {
+            hs.stride[i] = gs.stride[i] = cases[ci].ss[i];
+            hd.stride[i] = gd.stride[i] = cases[ci].ds[i];
+        }
+        char what[96];
+        snprintf(what, sizeof what, "copy_view case %d (%d dims)", ci, nd);
+        if (OK(e.c, lh_k_copy_view(e.c, &hd, &hs)) && OK(e.g, lh_k_copy_view(e.g, &gd, &gs)) &&
+            dget(&e, LH_DTYPE_F32, dg, dd, dn))
+            CMP_BITS(what, LH_DTYPE_F32, dg, dc, dn);
+        env_drop(&e);
+        free(src);
+        free(dc);
+        free(dg);
+    }
+    env_close(&e);
+}
+
 static CU_TestInfo nogpu_tests[] = {
     {"device count 0 comes with a reason", test_reason_when_unavailable},
     {"a CUDA context without a device is refused, naming cuda and the reason",
@@ -3304,8 +3616,9 @@ static CU_TestInfo gpu_tests[] = {
     {"softmax", test_gpu_softmax},
     {"argmax, ties", test_gpu_argmax},
     {"convert, all six directions", test_gpu_convert},
-    {"rope_apply: default, partial, linear, dynamic, llama3, yarn", test_gpu_rope},
-    {"attention: contiguous, GQA, sliding window", test_gpu_attention},
+    {"rope_apply: default, partial, linear, dynamic, llama3, yarn, longrope; both pair layouts",
+     test_gpu_rope},
+    {"attention: contiguous, GQA, sliding window, Dv != D", test_gpu_attention},
     {"attention_positions: ring, window, sinks, empty slots", test_gpu_attention_positions},
     {"attention, both entry points: logit soft-capping", test_gpu_attention_softcap},
     {"gelu_tanh_mul, aliasing", test_gpu_gelu_tanh_mul},
@@ -3330,6 +3643,11 @@ static CU_TestInfo gpu_tests[] = {
     {"weights with scale tensors: quantize, dequantize, matmul (int8 / int4 / fp8)",
      test_gpu_scaled},
     {"moe: route (every option) and scatter_add_rows", test_gpu_moe},
+    {"paged MLA: one latent kv head (576, 1024), v = k, keys-only writes, interleaved rope",
+     test_gpu_paged_mla},
+    {"matmul_heads: both weight layouts, f32 / bf16 / f16, strided and broadcast views",
+     test_gpu_matmul_heads},
+    {"copy_view: 1 to 4 dims, strided, broadcast", test_gpu_copy_view},
     CU_TEST_INFO_NULL,
 };
 

@@ -17,7 +17,8 @@
  *    NHD and HND, each ISA.
  *  - fused RoPE (default, llama3, dynamic with per-sequence lengths past the original
  *    maximum, longrope with partial rotary whose sequences and write chunks fall on both
- *    sides of the original maximum, so each picks the short or long table by its kv_len):
+ *    sides of the original maximum, so each picks the short or long table by its kv_len,
+ *    yarn with DeepSeek's mscale; each in the rotate_half and the interleaved layout):
  *    kv_write_batch with rope on unrotated keys gives the pool (keys, summaries)
  *    of lh_k_rope_apply (seq_len kv_len) then the unrotated write, byte for byte; attention
  *    with params.rope on unrotated q equals lh_k_rope_apply on q then attention without,
@@ -34,10 +35,20 @@
  *    sequence, thread counts, covering sparse == dense, fused RoPE == rotate-then-attend, all
  *    bit for bit, and the capped reference (the sparse selection by the raw bound), on q
  *    scaled so that the cap matters.
+ *  - one latent for keys and values (multi-head latent attention: a pool whose v is its k,
+ *    head_dim 576 = 512 + 64, one kv head, 16 and 128 query heads; f32, bf16, f16, fp8):
+ *    keys-only writes (v NULL), batched and per sequence, give the bytes (elements, scales,
+ *    summaries) a separate pool holds for keys and values both given the keys, and nothing
+ *    else is written; attention with v aliasing k is bit for bit lh_k_attention on the
+ *    decoded keys used as keys and values (unsplit), the separate pool's result and the
+ *    per-sequence calls, and within the usual tolerance of the reference when split; fused
+ *    interleaved RoPE over the latent's first 64 dims == rotate then write / attend.
  *  - errors: sparse without summaries, bad sparse parameters, bad batch fields, overlapping
  *    rows, block tables too short or out of the pool, a physical block written twice,
- *    n_new > kv_len, fused RoPE without positions, fp8 keys or values without their scales;
- *    the messages name the sequence and the field, and nothing is written on error. */
+ *    n_new > kv_len, fused RoPE without positions, fp8 keys or values without their scales,
+ *    v NULL for a pool whose v is not its k, v given for one whose v is, a v that shares k's
+ *    data with another dtype or other fp8 scales, or overlaps it partly; the messages name
+ *    the sequence and the field, and nothing is written on error. */
 #include "ktest.h"
 
 #include <stddef.h>
@@ -70,6 +81,7 @@ typedef struct bpool {
     void *k, *v;
     float *ks, *vs, *kmin, *kmax;
     size_t kbytes, vbytes;
+    bool shared; /* v is k (one latent for keys and values): written keys only */
     lh_kv_pages kv;
 } bpool;
 
@@ -115,12 +127,28 @@ static void bpool_init(bpool *p, lh_dtype kdt, lh_dtype vdt, lh_kv_layout layout
     }
 }
 
+/* A pool whose v is its k (the same tensor and, fp8, the same scales). */
+static void bpool_init_shared(bpool *p, lh_dtype dt, lh_kv_layout layout, int64_t bs,
+                              int64_t KVH, int64_t D, int64_t NB, bool summaries)
+{
+    bpool_init(p, dt, dt, layout, bs, KVH, D, NB, summaries);
+    free(p->v);
+    free(p->vs);
+    p->v = p->k;
+    p->vs = p->ks;
+    p->kv.v = p->kv.k;
+    p->kv.v_scale = p->kv.k_scale;
+    p->shared = true;
+}
+
 static void bpool_free(bpool *p)
 {
     free(p->k);
-    free(p->v);
+    if (!p->shared) {
+        free(p->v);
+        free(p->vs);
+    }
     free(p->ks);
-    free(p->vs);
     free(p->kmin);
     free(p->kmax);
 }
@@ -240,7 +268,8 @@ static void bset_free(bset *b)
 
 /* Writes positions [from[s], to[s]) of every sequence: one lh_k_paged_kv_write_batch call
  * (rows packed in reverse sequence order), or, per_seq, lh_k_paged_kv_write per sequence of
- * keys rotated first with lh_k_rope_apply (seq_len to[s]) when rope is set. */
+ * keys rotated first with lh_k_rope_apply (seq_len to[s]) when rope is set. A shared pool
+ * (v is k) is written keys only, v NULL. */
 static lh_status bset_write(lh_kctx *ctx, const bset *b, bpool *p, const int64_t *from,
                             const int64_t *to, const lh_rope *rope, bool per_seq)
 {
@@ -264,7 +293,7 @@ static lh_status bset_write(lh_kctx *ctx, const bset *b, bpool *p, const int64_t
             }
             if (st == LH_OK)
                 st = lh_k_paged_kv_write(ctx, &p->kv, b->tables[s], b->n_blocks[s], from[s], &tk,
-                                         &tv);
+                                         p->shared ? NULL : &tv);
             free(kk);
         }
         return st;
@@ -294,7 +323,7 @@ static lh_status bset_write(lh_kctx *ctx, const bset *b, bpool *p, const int64_t
                          .block_tables = b->tables, .n_blocks = b->n_blocks};
     lh_tensor tk = kt_t3(LH_DTYPE_F32, kk, Tw, b->KVH, b->D);
     lh_tensor tv = kt_t3(LH_DTYPE_F32, vv, Tw, b->KVH, b->D);
-    st = lh_k_paged_kv_write_batch(ctx, &p->kv, &pb, &tk, &tv, rope);
+    st = lh_k_paged_kv_write_batch(ctx, &p->kv, &pb, &tk, p->shared ? NULL : &tv, rope);
     if (st != LH_OK)
         printf("\n    %s", lh_k_last_error(ctx));
     CU_ASSERT_EQUAL(memcmp(kcopy, kk, (size_t)(Tw * row) * sizeof(float)), 0); /* k unchanged */
@@ -613,25 +642,31 @@ static void fused_rope(lh_k_isa isa)
     lh_rope_scaling longrope = {.kind = "longrope", .short_factor = lr_short,
                                 .long_factor = lr_long, .n_factors = 8,
                                 .original_max_position_embeddings = 64};
-    const lh_rope_scaling *kinds[4] = {NULL, &llama3, &dynamic, &longrope};
-    const int64_t maxpos[4] = {2048, 4096, 64, 512};
-    const int64_t rdim[4] = {D, D, D, D / 2};
-    for (int ri = 0; ri < 4; ri++)
-        for (int ci = 0; ci < 2; ci++) {
-            const lh_dtype kdt = ci ? LH_DTYPE_BF16 : LH_DTYPE_F32;
-            const lh_dtype vdt = ci ? LH_DTYPE_FP8_E4M3 : LH_DTYPE_F32;
-            const int64_t bs = ci ? 16 : 5;
-            char what[120];
-            snprintf(what, sizeof what, "%s rope %s, k %s v %s block %lld", lh_k_isa_name(isa),
-                     kinds[ri] ? kinds[ri]->kind : "default", dtn(kdt), dtn(vdt), (long long)bs);
+    /* DeepSeek's yarn (mscale 0.707 / mscale_all_dim 1: attention scaling below 1), partial */
+    lh_rope_scaling yarn = {.kind = "yarn", .factor = 40.0, .original_max_position_embeddings = 32,
+                            .mscale = 0.707, .mscale_all_dim = 1.0};
+    const lh_rope_scaling *kinds[5] = {NULL, &llama3, &dynamic, &longrope, &yarn};
+    const int64_t maxpos[5] = {2048, 4096, 64, 512, 1280};
+    const int64_t rdim[5] = {D, D, D, D / 2, 3 * D / 4};
+    for (int ri = 0; ri < 5; ri++)
+        for (int ci = 0; ci < 4; ci++) {
+            const bool il = ci >= 2; /* interleaved pairs */
+            const lh_dtype kdt = ci % 2 ? LH_DTYPE_BF16 : LH_DTYPE_F32;
+            const lh_dtype vdt = ci % 2 ? LH_DTYPE_FP8_E4M3 : LH_DTYPE_F32;
+            const int64_t bs = ci % 2 ? 16 : 5;
+            char what[140];
+            snprintf(what, sizeof what, "%s rope %s%s, k %s v %s block %lld", lh_k_isa_name(isa),
+                     kinds[ri] ? kinds[ri]->kind : "default", il ? " interleaved" : "", dtn(kdt),
+                     dtn(vdt), (long long)bs);
             lh_rope rope;
             CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&rope, rdim[ri], 10000.0, kinds[ri], maxpos[ri]),
                                   LH_OK);
+            rope.interleaved = il;
             bset b;
             bset_init(&b, seqs, 4, T, H, KVH, D, bs);
             bpool pf, pu;
-            bpool_init(&pf, kdt, vdt, ci ? LH_KV_HND : LH_KV_NHD, bs, KVH, D, b.NB, true);
-            bpool_init(&pu, kdt, vdt, ci ? LH_KV_HND : LH_KV_NHD, bs, KVH, D, b.NB, true);
+            bpool_init(&pf, kdt, vdt, ci % 2 ? LH_KV_HND : LH_KV_NHD, bs, KVH, D, b.NB, true);
+            bpool_init(&pu, kdt, vdt, ci % 2 ? LH_KV_HND : LH_KV_NHD, bs, KVH, D, b.NB, true);
             CU_ASSERT_EQUAL_FATAL(bset_fill(c2, &b, &pf, &rope, false), LH_OK);
             CU_ASSERT_EQUAL_FATAL(bset_fill(c1, &b, &pu, &rope, true), LH_OK);
             bool same_pool = bpool_same(&pf, &pu);
@@ -677,6 +712,196 @@ static void fused_rope(lh_k_isa isa)
     lh_k_ctx_free(c2);
 }
 KT_ISA_TESTS(fused_rope)
+
+/* ---- one latent for keys and values (multi-head latent attention) ---------------------------- */
+
+/* Per sequence: lh_k_attention on kd ([kv_len, 1, D], the decoded keys) as keys and values. */
+static void attn_contiguous(lh_kctx *ctx, const bset *b, int s, const float *q, float *kd,
+                            float scale, float *out)
+{
+    const int64_t HD = b->H * b->D, n = b->n_new[s];
+    lh_tensor tq = kt_t3(LH_DTYPE_F32, (float *)q + b->tok0[s] * HD, n, b->H, b->D);
+    lh_tensor tk = kt_t3(LH_DTYPE_F32, kd, b->kv_len[s], b->KVH, b->D);
+    lh_tensor to = kt_t3(LH_DTYPE_F32, out + b->tok0[s] * HD, n, b->H, b->D);
+    CU_ASSERT_EQUAL(lh_k_attention(ctx, &tq, &tk, &tk, b->pos + b->tok0[s], scale, 0.0f, 0, &to),
+                    LH_OK);
+}
+
+static void latent_pool(lh_k_isa isa)
+{
+    lh_kctx *c1 = kt_ctx(1, isa), *c2 = kt_ctx(2, isa);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c2);
+    kt_seed(576);
+    /* DeepSeek's latent: kv_lora_rank 512 + qk_rope_head_dim 64, one kv head */
+    const int64_t D = 576, KVH = 1, rd = 64;
+    /* 16 heads: a long decode (split), a prefill from 0, a chunk; 128 heads: two decodes */
+    static const bseq mix16[3] = {{300, 1, 0}, {20, 20, 1}, {90, 4, 21}};
+    static const bseq mix128[2] = {{300, 1, 1}, {37, 2, 2}};
+    const struct {
+        int64_t H, T;
+        const bseq *seqs;
+        int n;
+    } cfg[2] = {{16, 25, mix16, 3}, {128, 4, mix128, 2}};
+    lh_rope_scaling yarn = {.kind = "yarn", .factor = 40.0, .original_max_position_embeddings = 64,
+                            .mscale = 0.707, .mscale_all_dim = 0.707};
+    lh_rope rope;
+    CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&rope, rd, 10000.0, &yarn, 2560), LH_OK);
+    rope.interleaved = true;
+    long runs = 0;
+    for (int hi = 0; hi < 2; hi++)
+        for (int di = 0; di < 4; di++) {
+            const int64_t H = cfg[hi].H, T = cfg[hi].T, nq = T * H * D;
+            const lh_dtype dt = DTS[di];
+            const int64_t bs = di % 2 ? 16 : 64;
+            const lh_kv_layout lay = (di + hi) % 2 ? LH_KV_HND : LH_KV_NHD;
+            const bool summaries = di % 2 == 0;
+            char what[140];
+            snprintf(what, sizeof what, "%s latent %s, %lld heads, block %lld %s",
+                     lh_k_isa_name(isa), dtn(dt), (long long)H, (long long)bs,
+                     lay == LH_KV_HND ? "HND" : "NHD");
+            bset b;
+            bset_init(&b, cfg[hi].seqs, cfg[hi].n, T, H, KVH, D, bs);
+            for (int s = 0; s < b.n; s++) /* the separate pool's values are the keys */
+                memcpy(b.v[s], b.k[s], (size_t)(b.kv_len[s] * KVH * D) * sizeof(float));
+            float *q = malloc((size_t)nq * sizeof(float)), *qr = malloc((size_t)nq * sizeof(float));
+            float *o = malloc((size_t)nq * sizeof(float)), *o2 = malloc((size_t)nq * sizeof(float));
+            double *ref = malloc((size_t)D * sizeof(double));
+            for (int64_t i = 0; i < nq; i++)
+                q[i] = kt_uniform();
+
+            /* writes: keys only, batched and per sequence; a separate pool given k as v */
+            bpool ps, pp, pn;
+            bpool_init_shared(&ps, dt, lay, bs, KVH, D, b.NB, summaries);
+            bpool_init_shared(&pp, dt, lay, bs, KVH, D, b.NB, summaries);
+            bpool_init(&pn, dt, dt, lay, bs, KVH, D, b.NB, summaries);
+            CU_ASSERT_EQUAL_FATAL(bset_fill(c2, &b, &ps, NULL, false), LH_OK);
+            CU_ASSERT_EQUAL_FATAL(bset_fill(c1, &b, &pp, NULL, true), LH_OK);
+            CU_ASSERT_EQUAL_FATAL(bset_fill(c2, &b, &pn, NULL, false), LH_OK);
+            bool same_pool = bpool_same(&ps, &pp);
+            /* the separate pool's keys and values are both the shared pool's latent; its
+             * spare blocks, like the shared pool's, are untouched (still 0xff) */
+            const size_t ns = (size_t)(b.NB * KVH) * sizeof(float);
+            bool as_separate = !memcmp(ps.k, pn.k, ps.kbytes) && !memcmp(ps.k, pn.v, ps.kbytes);
+            if (dt == LH_DTYPE_FP8_E4M3)
+                as_separate = as_separate && !memcmp(ps.ks, pn.ks, ns) && !memcmp(ps.ks, pn.vs, ns);
+            if (summaries)
+                as_separate = as_separate && !memcmp(ps.kmin, pn.kmin, ns * (size_t)D) &&
+                              !memcmp(ps.kmax, pn.kmax, ns * (size_t)D);
+            if (!same_pool || !as_separate)
+                printf("\n    FAIL %s: keys-only writes (batch == per sequence %d, == separate "
+                       "pool %d)",
+                       what, same_pool, as_separate);
+            CU_ASSERT_TRUE(same_pool);
+            CU_ASSERT_TRUE(as_separate);
+            kt_cmp stored = {0};
+            for (int s = 0; s < b.n; s++)
+                for (int64_t p = 0; p < b.kv_len[s]; p++)
+                    for (int64_t d = 0; d < D; d += 7) {
+                        const int64_t phys = b.tables[s][p / bs];
+                        const float x = b.k[s][p * D + d];
+                        const float got = bpool_get(&ps, 0, phys, p % bs, 0, d);
+                        if (dt == LH_DTYPE_FP8_E4M3)
+                            kt_check(&stored, (long)p, got, x,
+                                     0.0626 * fabs(x) + 0.001953125 * ps.ks[phys]);
+                        else
+                            kt_check(&stored, (long)p, got, kt_round_to(dt, x), 0);
+                    }
+            KT_REPORT(stored, what);
+
+            /* attention, unsplit: lh_k_attention on the decoded keys as keys and values */
+            lh_paged_attn_params prm = {.struct_size = sizeof prm,
+                                        .scale = 1.0f / sqrtf((float)D), .n_splits = 1};
+            fill_sentinel(o, nq);
+            fill_sentinel(o2, nq);
+            CU_ASSERT_EQUAL(attn_batch(c2, &b, &ps, q, &prm, o), LH_OK);
+            for (int s = 0; s < b.n; s++) {
+                float *kd = malloc((size_t)(b.kv_len[s] * D) * sizeof(float));
+                read_back(&b, &ps, s, 0, kd);
+                attn_contiguous(c2, &b, s, q, kd, prm.scale, o2);
+                free(kd);
+            }
+            bool same = memcmp(o, o2, (size_t)nq * sizeof(float)) == 0;
+            if (!same)
+                printf("\n    FAIL %s: differs from lh_k_attention on the keys as values", what);
+            CU_ASSERT_TRUE(same);
+            if (hi == 1) { /* row 0 of the 128-head batch is no sequence's */
+                CU_ASSERT_EQUAL(o[0], SENTINEL);
+                CU_ASSERT_EQUAL(o[H * D - 1], SENTINEL);
+            }
+            fill_sentinel(o2, nq);
+            CU_ASSERT_EQUAL(attn_batch(c2, &b, &pn, q, &prm, o2), LH_OK);
+            CU_ASSERT_EQUAL(memcmp(o, o2, (size_t)nq * sizeof(float)), 0); /* separate pool */
+
+            /* automatic splits: per sequence and other threads the same bits, the reference */
+            prm.n_splits = 0;
+            fill_sentinel(o, nq);
+            fill_sentinel(o2, nq);
+            CU_ASSERT_EQUAL(attn_batch(c2, &b, &ps, q, &prm, o), LH_OK);
+            CU_ASSERT_EQUAL(attn_per_seq(c1, &b, &ps, q, &prm, o2), LH_OK);
+            CU_ASSERT_EQUAL(memcmp(o, o2, (size_t)nq * sizeof(float)), 0);
+            kt_cmp cr = {0};
+            for (int s = 0; s < b.n; s++) {
+                const int64_t S = b.kv_len[s];
+                float *kd = malloc((size_t)(S * D) * sizeof(float));
+                read_back(&b, &ps, s, 0, kd);
+                double vmax = 0;
+                for (int64_t i = 0; i < S * D; i++)
+                    vmax = fmax(vmax, fabs(kd[i]));
+                for (int64_t t = 0; t < b.n_new[s]; t++)
+                    for (int64_t h = 0; h < H; h++) {
+                        const int64_t row = b.tok0[s] + t;
+                        ref_row(q + (row * H + h) * D, kd, kd, 0, KVH, D, S, b.pos[row], prm.scale,
+                                0, 0, NULL, bs, ref);
+                        for (int64_t d = 0; d < D; d++)
+                            kt_check(&cr, (long)row, o[(row * H + h) * D + d], ref[d],
+                                     2e-5 * vmax + 1e-6);
+                    }
+                free(kd);
+            }
+            KT_REPORT(cr, what);
+
+            /* fused interleaved RoPE over the first rd dims: == rotate then write / attend */
+            bpool pf, pu;
+            bpool_init_shared(&pf, dt, lay, bs, KVH, D, b.NB, summaries);
+            bpool_init_shared(&pu, dt, lay, bs, KVH, D, b.NB, summaries);
+            CU_ASSERT_EQUAL_FATAL(bset_fill(c2, &b, &pf, &rope, false), LH_OK);
+            CU_ASSERT_EQUAL_FATAL(bset_fill(c1, &b, &pu, &rope, true), LH_OK);
+            bool same_rot = bpool_same(&pf, &pu);
+            if (!same_rot)
+                printf("\n    FAIL %s: fused interleaved RoPE write differs", what);
+            CU_ASSERT_TRUE(same_rot);
+            rotate_q(c2, &b, &rope, q, qr);
+            lh_paged_attn_params pr = prm;
+            pr.rope = &rope;
+            fill_sentinel(o, nq);
+            fill_sentinel(o2, nq);
+            CU_ASSERT_EQUAL(attn_batch(c2, &b, &pf, q, &pr, o), LH_OK);
+            CU_ASSERT_EQUAL(attn_batch(c2, &b, &pf, qr, &prm, o2), LH_OK);
+            same = memcmp(o, o2, (size_t)nq * sizeof(float)) == 0;
+            if (!same)
+                printf("\n    FAIL %s: fused interleaved RoPE attention differs", what);
+            CU_ASSERT_TRUE(same);
+
+            bpool_free(&pf);
+            bpool_free(&pu);
+            bpool_free(&ps);
+            bpool_free(&pp);
+            bpool_free(&pn);
+            bset_free(&b);
+            free(q);
+            free(qr);
+            free(o);
+            free(o2);
+            free(ref);
+            runs++;
+        }
+    printf("\n    %s: %ld configurations", lh_k_isa_name(isa), runs);
+    lh_k_rope_free(&rope);
+    lh_k_ctx_free(c1);
+    lh_k_ctx_free(c2);
+}
+KT_ISA_TESTS(latent_pool)
 
 /* ---- sparse: covering selections are dense -------------------------------------------------- */
 
@@ -1416,6 +1641,52 @@ static void test_batch_errors(void)
     EXPECT(lh_k_paged_attention_batch(ctx, &tq, &mk, &good, &prm, &to), LH_E_USAGE,
            "kv.v_scale");
     bpool_free(&m);
+
+    /* one latent for keys and values: v NULL exactly for a pool whose v is its k */
+    memcpy(snap, p.k, p.kbytes);
+    unsigned char *snap_v = malloc(p.vbytes);
+    memcpy(snap_v, p.v, p.vbytes);
+    lh_tensor t2 = kt_t3(LH_DTYPE_F32, kv, 2, KVH, D);
+    EXPECT(lh_k_paged_kv_write_batch(ctx, &p.kv, &good, &tk, NULL, NULL), LH_E_USAGE,
+           "lh_k_paged_kv_write_batch: v is NULL, but the pool's kv.v is not its kv.k");
+    EXPECT(lh_k_paged_kv_write(ctx, &p.kv, b.tables[0], b.n_blocks[0], 8, &t2, NULL), LH_E_USAGE,
+           "lh_k_paged_kv_write: v is NULL, but the pool's kv.v is not its kv.k");
+    CU_ASSERT_EQUAL(memcmp(snap, p.k, p.kbytes), 0); /* nothing written */
+    CU_ASSERT_EQUAL(memcmp(snap_v, p.v, p.vbytes), 0);
+    free(snap_v);
+    lh_kv_pages part = p.kv; /* v inside k, but not k itself */
+    part.v.data = (float *)p.k + D;
+    EXPECT(lh_k_paged_attention_batch(ctx, &tq, &part, &good, &prm, &to), LH_E_USAGE,
+           "kv.k and kv.v overlap");
+    bpool sh;
+    bpool_init_shared(&sh, LH_DTYPE_FP8_E4M3, LH_KV_NHD, bs, KVH, D, b.NB, true);
+    CU_ASSERT_EQUAL(lh_k_paged_kv_write_batch(ctx, &sh.kv, &good, &tk, NULL, NULL), LH_OK);
+    CU_ASSERT_EQUAL(lh_k_paged_kv_write(ctx, &sh.kv, b.tables[0], b.n_blocks[0], 8, &t2, NULL),
+                    LH_OK);
+    CU_ASSERT_EQUAL(lh_k_paged_attention_batch(ctx, &tq, &sh.kv, &good, &prm, &to), LH_OK);
+    unsigned char *snap_sh = malloc(sh.kbytes);
+    memcpy(snap_sh, sh.k, sh.kbytes);
+    EXPECT(lh_k_paged_kv_write_batch(ctx, &sh.kv, &good, &tk, &tk, NULL), LH_E_USAGE,
+           "the pool's kv.v is its kv.k (one latent for keys and values): pass v NULL");
+    EXPECT(lh_k_paged_kv_write(ctx, &sh.kv, b.tables[0], b.n_blocks[0], 8, &t2, &t2), LH_E_USAGE,
+           "lh_k_paged_kv_write: the pool's kv.v is its kv.k");
+    CU_ASSERT_EQUAL(memcmp(snap_sh, sh.k, sh.kbytes), 0);
+    float *other = malloc((size_t)(b.NB * KVH) * sizeof(float));
+    memcpy(other, sh.ks, (size_t)(b.NB * KVH) * sizeof(float));
+    lh_kv_pages bad = sh.kv; /* the same latent with scales of its own for the values */
+    bad.v_scale = kt_t2(LH_DTYPE_F32, other, b.NB, KVH);
+    EXPECT(lh_k_paged_attention_batch(ctx, &tq, &bad, &good, &prm, &to), LH_E_USAGE,
+           "kv.v is kv.k (fp8), but kv.v_scale is not kv.k_scale");
+    EXPECT(lh_k_paged_kv_write_batch(ctx, &bad, &good, &tk, NULL, NULL), LH_E_USAGE,
+           "kv.v_scale is not kv.k_scale");
+    bad = sh.kv;
+    bad.v.dtype = LH_DTYPE_BF16;
+    EXPECT(lh_k_paged_kv_write_batch(ctx, &bad, &good, &tk, NULL, NULL), LH_E_USAGE,
+           "kv.v shares kv.k's data but has dtype bf16, not kv.k's fp8_e4m3");
+    CU_ASSERT_EQUAL(memcmp(snap_sh, sh.k, sh.kbytes), 0);
+    free(other);
+    free(snap_sh);
+    bpool_free(&sh);
 #undef KWB
 #undef PAB
 #undef EXPECT
@@ -1435,6 +1706,15 @@ static CU_TestInfo batch_tests[] = {
     {"fused RoPE == rotate then attend (scalar)", fused_rope_scalar},
     {"fused RoPE == rotate then attend (avx2)", fused_rope_avx2},
     {"fused RoPE == rotate then attend (avx512)", fused_rope_avx512},
+    {"latent pool (v is k, head_dim 576, 1 kv head): keys-only writes, attention == "
+     "lh_k_attention (scalar)",
+     latent_pool_scalar},
+    {"latent pool (v is k, head_dim 576, 1 kv head): keys-only writes, attention == "
+     "lh_k_attention (avx2)",
+     latent_pool_avx2},
+    {"latent pool (v is k, head_dim 576, 1 kv head): keys-only writes, attention == "
+     "lh_k_attention (avx512)",
+     latent_pool_avx512},
     {"softcap: batch == per sequence, vs reference, fused RoPE (scalar)", softcap_batch_scalar},
     {"softcap: batch == per sequence, vs reference, fused RoPE (avx2)", softcap_batch_avx2},
     {"softcap: batch == per sequence, vs reference, fused RoPE (avx512)", softcap_batch_avx512},

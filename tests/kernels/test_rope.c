@@ -15,7 +15,13 @@
  * Rotation: HF takes freqs = pos * inv_freq in float32, so the reference uses that float32
  * angle with double cos/sin and double products: |err| <= 1e-6 * att * (|x_lo| + |x_hi|) + 1e-30.
  * The rotation has no reductions and no fused multiply-adds, so every ISA and thread count
- * must give bit-identical results. */
+ * must give bit-identical results.
+ * Interleaved pairs (rope.interleaved, GPT-J / DeepSeek: dims (2i, 2i + 1) rotate by frequency
+ * i; transformers' DeepSeek V3 apply_rotary_pos_emb_interleave, V2's complex product of
+ * consecutive pairs): against the pair formula in double, a' = a c - b s, b' = b c + a s, with
+ * the same tolerance; and bit for bit the rotate_half result on the de-interleaved dims put
+ * back in place (both layouts round alike), for every scaling kind, partial rotary and pair
+ * counts that leave every ISA a tail; lh_k_rope_init leaves interleaved false. */
 #include "ktest.h"
 
 #define PI 3.14159265358979323846
@@ -749,6 +755,166 @@ static void test_rope_longrope_errors(void)
     lh_k_rope_free(&r);
 }
 
+/* ---- interleaved pairs ---------------------------------------------------------------------- */
+
+/* Reference rotation of x [T, H, D] in interleaved pairs with HF's float32 angle. */
+static void rope_ref_pairs(const float *x, int64_t T, int64_t H, int64_t D, int64_t rd,
+                           const float *inv, float att, const int32_t *pos, double *out)
+{
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *v = x + (t * H + h) * D;
+            double *o = out + (t * H + h) * D;
+            for (int64_t i = 0; i < D; i++)
+                o[i] = v[i];
+            for (int64_t i = 0; i < rd / 2; i++) {
+                float ang = (float)pos[t] * inv[i];
+                double c = cos((double)ang) * att, s = sin((double)ang) * att;
+                double a = v[2 * i], b = v[2 * i + 1];
+                o[2 * i] = a * c - b * s;
+                o[2 * i + 1] = b * c + a * s;
+            }
+        }
+}
+
+/* Moves the rotary dims of every head between the interleaved order (a0 b0 a1 b1 ..) and the
+ * rotate_half one (a0 a1 .. b0 b1 ..); the passthrough dims stay. */
+static void pairs_to_halves(const float *src, float *dst, int64_t rows, int64_t D, int64_t rd,
+                            bool back)
+{
+    const int64_t half = rd / 2;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = src + r * D;
+        float *y = dst + r * D;
+        memcpy(y, x, (size_t)D * sizeof(float));
+        for (int64_t i = 0; i < half; i++) {
+            if (back) {
+                y[2 * i] = x[i];
+                y[2 * i + 1] = x[half + i];
+            } else {
+                y[i] = x[2 * i];
+                y[half + i] = x[2 * i + 1];
+            }
+        }
+    }
+}
+
+static void rope_interleaved(lh_k_isa isa)
+{
+    lh_kctx *ctx = kt_ctx(2, isa), *ctx1 = kt_ctx(1, isa), *cs = kt_ctx(1, LH_K_ISA_SCALAR);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cs);
+    kt_seed(4711);
+    enum { N_CASES = 9 };
+    struct rope_case cases[N_CASES];
+    memset(cases, 0, sizeof cases);
+    cases[0] = (struct rope_case){"default", scaling_of("default"), 64, 64, 4096, 10000.0};
+    cases[1] = (struct rope_case){"linear, 3 pairs", scaling_of("linear"), 6, 6, 4096, 10000.0};
+    cases[1].s.factor = 2.0;
+    cases[2] = (struct rope_case){"llama3", scaling_of("llama3"), 128, 128, 131072, 500000.0};
+    cases[2].s.factor = 8;
+    cases[2].s.low_freq_factor = 1;
+    cases[2].s.high_freq_factor = 4;
+    cases[2].s.original_max_position_embeddings = 8192;
+    cases[3] = (struct rope_case){"yarn", scaling_of("yarn"), 64, 64, 16384, 10000.0};
+    cases[3].s.factor = 4;
+    cases[3].s.original_max_position_embeddings = 4096;
+    /* DeepSeek V2 / V3: qk_rope_head_dim 64, yarn factor 40, mscale 0.707 / mscale_all_dim 1 */
+    cases[4] = (struct rope_case){"yarn mscale (DeepSeek)", scaling_of("yarn"), 64, 64, 163840,
+                                  10000.0};
+    cases[4].s.factor = 40;
+    cases[4].s.original_max_position_embeddings = 4096;
+    cases[4].s.mscale = 0.707;
+    cases[4].s.mscale_all_dim = 1.0;
+    cases[5] = (struct rope_case){"partial rotary", scaling_of("default"), 48, 80, 4096, 10000.0};
+    /* 13 pairs: AVX-512 8 + 5 masked, AVX2 3 x 4 + 1 scalar */
+    cases[6] = (struct rope_case){"partial rotary yarn, 13 pairs", scaling_of("yarn"), 26, 40,
+                                  16384, 10000.0};
+    cases[6].s.factor = 4;
+    cases[6].s.original_max_position_embeddings = 4096;
+    cases[7] = (struct rope_case){"dynamic", scaling_of("dynamic"), 32, 32, 64, 10000.0};
+    cases[7].s.factor = 2;
+    cases[8] = (struct rope_case){"longrope partial rotary", longrope_scaling(), 8, 16, 32,
+                                  10000.0};
+
+    const int32_t pos[7] = {0, 1, 2, 17, 500, 4095, 70000};
+    const int64_t T = 7, H = 3, seq_len = 70001;
+    for (int ci = 0; ci < N_CASES; ci++) {
+        const struct rope_case *rc = &cases[ci];
+        lh_rope r;
+        r.interleaved = true; /* init must clear it */
+        CU_ASSERT_EQUAL_FATAL(lh_k_rope_init(&r, rc->rd, rc->theta, &rc->s, rc->max_pos), LH_OK);
+        CU_ASSERT_FALSE(r.interleaved);
+        const int64_t D = rc->D, n = T * H * D;
+        float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
+        float *y1 = malloc((size_t)n * sizeof(float)), *ys = malloc((size_t)n * sizeof(float));
+        float *yh = malloc((size_t)n * sizeof(float)), *yb = malloc((size_t)n * sizeof(float));
+        double *ref = malloc((size_t)n * sizeof(double));
+        for (int64_t i = 0; i < n; i++)
+            x[i] = kt_uniform() * 2.0f;
+        memcpy(y, x, (size_t)n * sizeof(float));
+        memcpy(y1, x, (size_t)n * sizeof(float));
+        memcpy(ys, x, (size_t)n * sizeof(float));
+        lh_tensor t = kt_t3(LH_DTYPE_F32, y, T, H, D), t1 = kt_t3(LH_DTYPE_F32, y1, T, H, D);
+        lh_tensor ts = kt_t3(LH_DTYPE_F32, ys, T, H, D), th = kt_t3(LH_DTYPE_F32, yh, T, H, D);
+        r.interleaved = true;
+        CU_ASSERT_EQUAL(lh_k_rope_apply(ctx, &r, &t, pos, seq_len), LH_OK);
+        CU_ASSERT_EQUAL(lh_k_rope_apply(ctx1, &r, &t1, pos, seq_len), LH_OK);
+        CU_ASSERT_EQUAL(lh_k_rope_apply(cs, &r, &ts, pos, seq_len), LH_OK);
+        char what[120];
+        snprintf(what, sizeof what, "%s interleaved rope %s", lh_k_isa_name(isa), rc->name);
+        /* the pair formula in double (dynamic's table at this seq_len is the rotate_half
+         * test's business: here it is checked through the permutation below) */
+        if (strcmp(rc->name, "dynamic") != 0) {
+            const float *inv = r.inv_freq_long ? r.inv_freq_long : r.inv_freq; /* seq_len > 8 */
+            rope_ref_pairs(x, T, H, D, rc->rd, inv, r.attention_scaling, pos, ref);
+            kt_cmp c = {0};
+            int pass_bad = 0;
+            for (int64_t row = 0; row < T * H; row++)
+                for (int64_t i = 0; i < D; i++) {
+                    const float *v = x + row * D;
+                    const int64_t e = row * D + i;
+                    if (i >= rc->rd) {
+                        pass_bad += y[e] != v[i];
+                        continue;
+                    }
+                    const double mag = fabs(v[i & ~(int64_t)1]) + fabs(v[i | 1]);
+                    kt_check(&c, (long)e, y[e], ref[e], 1e-6 * r.attention_scaling * mag + 1e-30);
+                }
+            KT_REPORT(c, what);
+            CU_ASSERT_EQUAL(pass_bad, 0);
+        }
+        /* position 0 is the identity times the attention scaling, exactly */
+        for (int64_t i = 0; i < rc->rd; i++)
+            CU_ASSERT_EQUAL(y[i], x[i] * r.attention_scaling);
+        /* threads and ISAs agree bit for bit */
+        CU_ASSERT_EQUAL(memcmp(y, y1, (size_t)n * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(y, ys, (size_t)n * sizeof(float)), 0);
+        /* rotate_half on the de-interleaved dims, put back in place: the very same bits */
+        pairs_to_halves(x, yh, T * H, D, rc->rd, false);
+        r.interleaved = false;
+        CU_ASSERT_EQUAL(lh_k_rope_apply(ctx, &r, &th, pos, seq_len), LH_OK);
+        pairs_to_halves(yh, yb, T * H, D, rc->rd, true);
+        bool same = memcmp(y, yb, (size_t)n * sizeof(float)) == 0;
+        if (!same)
+            printf("\n    FAIL %s: differs from rotate_half on the de-interleaved dims", what);
+        CU_ASSERT_TRUE(same);
+        free(x);
+        free(y);
+        free(y1);
+        free(ys);
+        free(yh);
+        free(yb);
+        free(ref);
+        lh_k_rope_free(&r);
+    }
+    lh_k_ctx_free(ctx);
+    lh_k_ctx_free(ctx1);
+    lh_k_ctx_free(cs);
+}
+KT_ISA_TESTS(rope_interleaved)
+
 static void test_rope_errors(void)
 {
     lh_rope r;
@@ -833,6 +999,12 @@ static CU_TestInfo rope_tests[] = {
     {"rope longrope vs transformers (Phi-3, partial rotary, short/long) [scalar]", rope_longrope_scalar},
     {"rope longrope vs transformers (Phi-3, partial rotary, short/long) [avx2]", rope_longrope_avx2},
     {"rope longrope vs transformers (Phi-3, partial rotary, short/long) [avx512]", rope_longrope_avx512},
+    {"rope interleaved pairs vs reference, == rotate_half permuted, all kinds [scalar]",
+     rope_interleaved_scalar},
+    {"rope interleaved pairs vs reference, == rotate_half permuted, all kinds [avx2]",
+     rope_interleaved_avx2},
+    {"rope interleaved pairs vs reference, == rotate_half permuted, all kinds [avx512]",
+     rope_interleaved_avx512},
     {"rope longrope attention factor and original-length defaults", test_rope_longrope_params},
     {"rope longrope errors (n_factors, NULL arrays, bad factors, lengths)", test_rope_longrope_errors},
     {"rope errors (unknown kind, parameters, shapes, device)", test_rope_errors},

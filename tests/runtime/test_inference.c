@@ -11,7 +11,9 @@
  *                     rounding dominates: its bf16-vs-f32 gap on these models reaches 0.21
  *                     (tests/fixtures/models/README.md), so 0.35 = 1.5x that.
  * Greedy tokens: identical to transformers' f32 run (bf16 checkpoints: greedy_f32, the f32
- * compute on the same bf16 weights, which is what we do). */
+ * compute on the same bf16 weights, which is what we do). A bf16 mixture of experts runs with
+ * bf16_matmul exact: the default AMX tiles round a batch's activations to bf16 (16 rows or
+ * more), which can move one router score across another and flip an expert. */
 #include "core/npy.h"
 #include "llmhost.h"
 #include "runner.h"
@@ -39,6 +41,7 @@ typedef struct fixture {
     int64_t lens[8];
     int32_t *greedy[8];     /* reference continuation of the checkpoint's own dtype */
     int32_t *greedy_f32[8]; /* bf16 only, when stored: continuation of the f32-upcast model */
+    bool moe;               /* a mixture of experts: bf16 weights run with bf16_matmul exact */
 } fixture;
 
 static lh_host *host;
@@ -76,6 +79,12 @@ static bool fixture_load(const char *dir, const char *name, fixture *f)
     }
     const char *dtype = json_string_value(json_object_get(ref, "dtype"));
     f->bf16 = dtype && strstr(dtype, "bfloat16");
+    snprintf(path, sizeof path, "%s/config.json", f->dir);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    f->moe = json_object_get(cfg, "num_experts") || json_object_get(cfg, "num_local_experts") ||
+             json_object_get(cfg, "n_routed_experts");
+    json_decref(cfg);
+    snprintf(path, sizeof path, "%s/reference.json", f->dir);
     json_t *prompts = json_object_get(ref, "prompts"), *greedy = json_object_get(ref, "greedy");
     json_t *greedy_f32 = json_object_get(ref, "greedy_f32");
     f->n_prompts = json_array_size(prompts);
@@ -100,8 +109,13 @@ static lh_engine *open_engine(const fixture *f, int threads)
     /* room for the longest prompt + 32 new tokens, also past dynamic-NTK models' trained
      * length (the default cap there is max_position_embeddings x factor) */
     static const char *const overrides[] = {"max_batch_size=8", "max_seq_len=128", NULL};
+    /* a bf16 MoE: the AMX tiles round a batch's activations to bf16 (16 rows or more), and a
+     * rounding that moves one router score across another flips an expert, so the batch
+     * would not be the f32 compute the references are */
+    static const char *const exact[] = {"max_batch_size=8", "max_seq_len=128",
+                                        "bf16_matmul=exact", NULL};
     lh_engine_options o = {.struct_size = sizeof o, .model = f->dir, .n_threads = threads,
-                           .overrides = overrides};
+                           .overrides = f->bf16 && f->moe ? exact : overrides};
     lh_engine *e = NULL;
     lh_err err = {0};
     if (lh_engine_open(host, &o, &e, &err) != LH_OK)

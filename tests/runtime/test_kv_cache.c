@@ -50,7 +50,7 @@ static void test_plan_default(void)
     lh_kv_plan p;
     lh_err err = {0};
     /* 2 layers, 2 kv heads, head_dim 8, max_seq_len 100, 3 sequences */
-    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 2, 2, 8, false, 100, 3, NULL, &p, &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 2, 2, 8, false, false, 100, 3, NULL, &p, &err), LH_OK);
     CU_ASSERT_EQUAL(p.n_layers, 2);
     CU_ASSERT_EQUAL(p.kv_heads, 2);
     CU_ASSERT_EQUAL(p.head_dim, 8);
@@ -69,12 +69,56 @@ static void test_plan_default(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(p.sized_by, "max_batch_size 3"));
     CU_ASSERT_PTR_NOT_NULL(strstr(p.sized_by, "max_seq_len 100"));
     /* a multiple of the block size needs no extra block */
-    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 2, 2, 8, false, 96, 1, NULL, &p, &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 2, 2, 8, false, false, 96, 1, NULL, &p, &err), LH_OK);
     CU_ASSERT_EQUAL(p.num_blocks, 6);
     /* HND is carried into the plan */
     kv.layout = LH_KV_HND;
-    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 2, 2, 8, false, 96, 1, NULL, &p, &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 2, 2, 8, false, false, 96, 1, NULL, &p, &err), LH_OK);
     CU_ASSERT_EQUAL(p.layout, LH_KV_HND);
+}
+
+/* Multi-head latent attention: one latent per token and layer serves as keys and values. */
+static void test_plan_latent(void)
+{
+    lh_kv_cache_config kv = kv_defaults();
+    lh_kv_plan p;
+    lh_err err = {0};
+    /* 3 layers of one 40-wide latent (32 + 8), 64 tokens, 2 sequences */
+    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 3, 1, 40, false, true, 64, 2, NULL, &p, &err),
+                          LH_OK);
+    CU_ASSERT_TRUE(p.latent);
+    CU_ASSERT_EQUAL(p.v_dtype, p.k_dtype);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 3u * 40 * 4);
+    CU_ASSERT_EQUAL(p.block_bytes, 3u * 16 * 40 * 4);
+    /* fp8: one scale per block and layer, the keys' */
+    kv.k_dtype = LH_DTYPE_FP8_E4M3;
+    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 3, 1, 40, true, true, 64, 2, NULL, &p, &err),
+                          LH_OK);
+    CU_ASSERT_EQUAL(p.v_dtype, LH_DTYPE_FP8_E4M3);
+    CU_ASSERT_EQUAL(p.kv_bytes_per_token, 3u * 40);
+    CU_ASSERT_EQUAL(p.block_bytes, 3u * (16 * 40 + 4 + 2 * 40 * 4));
+    /* the pool's v is its k: same data, dtype, shape and scales */
+    lh_kv_cache *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(lh_kv_cache_create(&p, NULL, &c, &err), LH_OK);
+    for (int64_t l = 0; l < 3; l++) {
+        const lh_kv_pages *pg = lh_kv_cache_layer(c, l);
+        CU_ASSERT_PTR_EQUAL(pg->v.data, pg->k.data);
+        CU_ASSERT_EQUAL(pg->v.dtype, pg->k.dtype);
+        CU_ASSERT_EQUAL(pg->k.shape[2], 1);
+        CU_ASSERT_EQUAL(pg->k.shape[3], 40);
+        CU_ASSERT_PTR_NOT_NULL(pg->k_scale.data);
+        CU_ASSERT_PTR_EQUAL(pg->v_scale.data, pg->k_scale.data);
+        CU_ASSERT_PTR_NOT_NULL(pg->k_min.data);
+    }
+    lh_kv_cache_free(c);
+    /* values of another dtype: nothing to split a latent into */
+    kv.v_dtype = LH_DTYPE_BF16;
+    CU_ASSERT_EQUAL(lh_kv_plan_compute(&kv, 3, 1, 40, false, true, 64, 2, NULL, &p, &err),
+                    LH_E_CONFIG);
+    CHECK_MSG(err, "kv_cache.v_dtype bf16");
+    CHECK_MSG(err, "one latent");
+    kv.v_dtype = LH_DTYPE_FP8_E4M3; /* the keys' own dtype, spelled out: fine */
+    CU_ASSERT_EQUAL(lh_kv_plan_compute(&kv, 3, 1, 40, false, true, 64, 2, NULL, &p, &err), LH_OK);
 }
 
 static void test_plan_max_tokens(void)
@@ -89,7 +133,7 @@ static void test_plan_max_tokens(void)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         kv.max_tokens = cases[i].tokens;
         kv.block_size = cases[i].block;
-        CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 4, 2, 8, false, 4096, 8, NULL, &p, &err), LH_OK);
+        CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 4, 2, 8, false, false, 4096, 8, NULL, &p, &err), LH_OK);
         CU_ASSERT_EQUAL(p.num_blocks, cases[i].blocks);
         CU_ASSERT_EQUAL(p.pool_bytes, (size_t)cases[i].blocks * p.block_bytes);
         char want[64];
@@ -109,7 +153,7 @@ static void test_plan_memory_fraction(void)
     kv.memory_fraction = 0.01;
     lh_kv_plan p;
     lh_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 4, 2, 64, false, 4096, 1, NULL, &p, &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, 4, 2, 64, false, false, 4096, 1, NULL, &p, &err), LH_OK);
     uint64_t after = lh_mem_available();
     uint64_t lo = before < after ? before : after, hi = before < after ? after : before;
     /* floor(f x MemAvailable / (block bytes + per-block bookkeeping)), MemAvailable read while
@@ -165,7 +209,7 @@ static void test_plan_block_bytes_per_dtype(void)
             kv.v_dtype = cases[i].v;
             lh_kv_plan p;
             lh_err err = {0};
-            CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, L, H, D, summ, 64, 2, NULL, &p, &err), LH_OK);
+            CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, L, H, D, summ, false, 64, 2, NULL, &p, &err), LH_OK);
             bool kf = cases[i].k == LH_DTYPE_FP8_E4M3, vf = cases[i].v == LH_DTYPE_FP8_E4M3;
             size_t want = want_block_bytes(L, BS, H, D, cases[i].k_elem, cases[i].v_elem, kf,
                                            vf, summ);
@@ -187,7 +231,7 @@ static void expect_config_error(const lh_kv_cache_config *kv, int64_t layers, in
 {
     lh_kv_plan p;
     lh_err err = {0};
-    lh_status st = lh_kv_plan_compute(kv, layers, heads, dim, false, seq, seqs, NULL, &p, &err);
+    lh_status st = lh_kv_plan_compute(kv, layers, heads, dim, false, false, seq, seqs, NULL, &p, &err);
     CU_ASSERT_EQUAL(st, LH_E_CONFIG);
     CU_ASSERT_EQUAL(err.code, LH_E_CONFIG);
     CHECK_MSG(err, needle);
@@ -233,7 +277,7 @@ static void test_plan_errors(void)
     kv.max_tokens = INT32_MAX;
     lh_kv_plan p;
     lh_err err = {0};
-    CU_ASSERT_EQUAL(lh_kv_plan_compute(&kv, 1, 1, 1, false, 64, 1, NULL, &p, &err), LH_OK);
+    CU_ASSERT_EQUAL(lh_kv_plan_compute(&kv, 1, 1, 1, false, false, 64, 1, NULL, &p, &err), LH_OK);
     CU_ASSERT_EQUAL(p.num_blocks, INT32_MAX);
     /* max_tokens at the top of int64: rounding up to blocks must not overflow */
     kv.block_size = 16;
@@ -264,7 +308,7 @@ static lh_kv_cache *small_cache(lh_kv_plan *plan)
     kv.block_size = 4;
     kv.max_tokens = 24;
     lh_err err = {0};
-    if (lh_kv_plan_compute(&kv, 2, 2, 4, false, 16, 3, NULL, plan, &err) != LH_OK) {
+    if (lh_kv_plan_compute(&kv, 2, 2, 4, false, false, 16, 3, NULL, plan, &err) != LH_OK) {
         fprintf(stderr, "\nplan: %s\n", err.msg);
         return NULL;
     }
@@ -489,7 +533,7 @@ static void check_views(const view_case *vc)
     kv.layout = vc->layout;
     lh_kv_plan plan;
     lh_err err = {0};
-    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, L, H, D, vc->summaries, 64, 2, NULL, &plan, &err),
+    CU_ASSERT_EQUAL_FATAL(lh_kv_plan_compute(&kv, L, H, D, vc->summaries, false, 64, 2, NULL, &plan, &err),
                           LH_OK);
     lh_kv_cache *c = NULL;
     CU_ASSERT_EQUAL_FATAL(lh_kv_cache_create(&plan, NULL, &c, &err), LH_OK);
@@ -585,6 +629,7 @@ static void test_layer_views(void)
 static CU_TestInfo plan_tests[] = {
     {"default: max_batch_size x ceil(max_seq_len / block_size)", test_plan_default},
     {"max_tokens rounds up to whole blocks", test_plan_max_tokens},
+    {"latent (MLA): one tensor for keys and values, v_dtype refused", test_plan_latent},
     {"memory_fraction of MemAvailable", test_plan_memory_fraction},
     {"block bytes per dtype, fp8 scales, mixed, summaries", test_plan_block_bytes_per_dtype},
     {"refusals name the setting", test_plan_errors},

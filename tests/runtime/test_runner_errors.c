@@ -238,12 +238,9 @@ static void test_attend_shapes(void)
                        ARCH ": layer 0: attend: out must be a contiguous float32 [3, 64] tensor");
 }
 
-/* A bf16 q of the right shape must be refused (LH_E_USAGE, naming q), not read as f32.
- * KNOWN BUG (fails until fixed): heads_view in host/runtime/runner_blocks.c checks shape and
- * strides only and makes an LH_DTYPE_F32 view of any tensor, so attend reads (and, rotating,
- * writes) twice the bytes of a bf16 q/k/v/out; with a buffer of bf16 size ASan reports a
- * heap-buffer-overflow in the paged backend's fused RoPE. The plugin allocates room for f32
- * here so the test fails cleanly instead of corrupting memory. */
+/* A bf16 q of the right shape must be refused (LH_E_USAGE, naming q), not read as f32: an f32
+ * view of it would read (and, rotating, write) twice its bytes. The plugin allocates room for
+ * f32 so that a regression fails the assertion instead of corrupting memory. */
 static void test_attend_dtype(void)
 {
     expect_logits_fail("attend_dtype", LH_E_USAGE, ARCH ": layer 0: attend: q");
@@ -342,6 +339,10 @@ static void test_block_arguments(void)
                        "representable");
     expect_logits_fail("linear_null", LH_E_USAGE, ARCH ": layer 0: linear: NULL weight");
     expect_logits_fail("moe_null", LH_E_USAGE, ARCH ": layer 0: moe_ffn: NULL block");
+    expect_logits_fail("mla_not_mla", LH_E_USAGE,
+                       ARCH ": layer 0: attend_mla: model.layers.0.self_attn is not multi-head "
+                       "latent attention (use attend)");
+    expect_logits_fail("mla_null_kv_b", LH_E_USAGE, ARCH ": layer 0: attend_mla: NULL kv_b");
     expect_logits_fail("act_invalid", LH_E_USAGE,
                        ARCH ": layer 0: act_mul: activation 7 is not an lh_activation");
     expect_logits_fail("act_silu", LH_E_UNSUPPORTED,

@@ -3,13 +3,18 @@
 (`llmhost bench`), with the Python standard library only, so it runs on a machine without
 network access or numpy (the GPU machine).
 
-    synth_model.py OUT_DIR [--shape llama-3.2-1b|llama-3.1-8b|smollm2-135m|qwen3-moe-16l]
-                   [--seed N]
+    synth_model.py OUT_DIR [--shape llama-3.2-1b|llama-3.1-8b|smollm2-135m|qwen3-moe-16l|
+                                    deepseek-v2-lite-8l] [--seed N]
 
 qwen3-moe-16l is Qwen3-30B-A3B's design scaled to fit a small machine (Qwen3MoeForCausalLM:
 16 layers, 64 experts of 384, top 8, hidden 1024, its vocabulary): 1.56 G parameters, 0.51 G
 active per token (explain's active_parameters; 0.35 G without the embedding table, of which a
 token reads one row).
+
+deepseek-v2-lite-8l is DeepSeek-V2-Lite's design scaled the same way (DeepseekV2ForCausalLM:
+its multi-head latent attention unchanged -- 16 heads, kv_lora_rank 512, 64 rope + 128 nope
+dims, v_head_dim 128, no query compression --, 8 layers of which the first dense, 16 experts of
+1408, top 6, 2 shared, its vocabulary).
 
 Only the shapes matter for speed: the values are bf16 draws of a normal distribution with
 std 0.02 (norm weights 1.0), written as a pseudo-random pattern of 1 MiB that each tensor
@@ -42,6 +47,16 @@ SHAPES = {
                                                               num_experts_per_tok=8,
                                                               moe_intermediate_size=384,
                                                               norm_topk_prob=True)),
+    "deepseek-v2-lite-8l": dict(hidden_size=2048, intermediate_size=10944, num_hidden_layers=8,
+                                num_attention_heads=16, num_key_value_heads=16, head_dim=64,
+                                vocab_size=102400, max_position_embeddings=163840,
+                                rope_theta=10000.0, tie_word_embeddings=False,
+                                mla=dict(kv_lora_rank=512, qk_rope_head_dim=64,
+                                         qk_nope_head_dim=128, v_head_dim=128, q_lora_rank=None),
+                                moe=dict(n_routed_experts=16, num_experts_per_tok=6,
+                                         moe_intermediate_size=1408, n_shared_experts=2,
+                                         first_k_dense_replace=1, topk_method="greedy",
+                                         norm_topk_prob=False, routed_scaling_factor=1.0)),
 }
 
 PATTERN_BYTES = 1 << 20
@@ -62,6 +77,10 @@ def tensors(c):
         p = f"model.layers.{l}."
         yield p + "input_layernorm.weight", (h,), True
         yield p + "post_attention_layernorm.weight", (h,), True
+        mla = c.get("mla")
+        if mla:
+            yield from deepseek_layer(c, mla, c["moe"], l, p)
+            continue
         yield p + "self_attn.q_proj.weight", (q, h), False
         yield p + "self_attn.k_proj.weight", (kv, h), False
         yield p + "self_attn.v_proj.weight", (kv, h), False
@@ -83,6 +102,33 @@ def tensors(c):
     yield "model.norm.weight", (h,), True
     if not c["tie_word_embeddings"]:
         yield "lm_head.weight", (v, h), False
+
+
+def deepseek_layer(c, mla, moe, l, p):
+    h, heads = c["hidden_size"], c["num_attention_heads"]
+    lora, rope, nope, vd = (mla["kv_lora_rank"], mla["qk_rope_head_dim"],
+                            mla["qk_nope_head_dim"], mla["v_head_dim"])
+    yield p + "self_attn.q_proj.weight", (heads * (nope + rope), h), False
+    yield p + "self_attn.kv_a_proj_with_mqa.weight", (lora + rope, h), False
+    yield p + "self_attn.kv_a_layernorm.weight", (lora,), True
+    yield p + "self_attn.kv_b_proj.weight", (heads * (nope + vd), lora), False
+    yield p + "self_attn.o_proj.weight", (h, heads * vd), False
+    if l < moe["first_k_dense_replace"]:
+        i = c["intermediate_size"]
+        yield p + "mlp.gate_proj.weight", (i, h), False
+        yield p + "mlp.up_proj.weight", (i, h), False
+        yield p + "mlp.down_proj.weight", (h, i), False
+        return
+    mi = moe["moe_intermediate_size"]
+    yield p + "mlp.gate.weight", (moe["n_routed_experts"], h), False
+    for e in range(moe["n_routed_experts"]):
+        yield p + f"mlp.experts.{e}.gate_proj.weight", (mi, h), False
+        yield p + f"mlp.experts.{e}.up_proj.weight", (mi, h), False
+        yield p + f"mlp.experts.{e}.down_proj.weight", (h, mi), False
+    si = mi * moe["n_shared_experts"]
+    yield p + "mlp.shared_experts.gate_proj.weight", (si, h), False
+    yield p + "mlp.shared_experts.up_proj.weight", (si, h), False
+    yield p + "mlp.shared_experts.down_proj.weight", (h, si), False
 
 
 def main():
@@ -138,7 +184,10 @@ def main():
                              "vocab_size", "max_position_embeddings", "tie_word_embeddings")},
         "rope_theta": c["rope_theta"],
     }
-    if c.get("moe"):
+    if c.get("mla"):
+        config.update(architectures=["DeepseekV2ForCausalLM"], model_type="deepseek_v2",
+                      **c["mla"], **c["moe"])
+    elif c.get("moe"):
         config.update(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
                       decoder_sparse_step=1, mlp_only_layers=[], **c["moe"])
     with open(os.path.join(a.out, "config.json"), "w", encoding="utf-8") as f:

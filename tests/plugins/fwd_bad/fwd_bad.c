@@ -37,6 +37,8 @@
  *   linear_shape        linear of layer 0's q_proj on h cut to [2T, 32]
  *   linear_null         linear with a NULL weight
  *   moe_null            moe_ffn with a NULL block
+ *   mla_not_mla         attend_mla on layer 0's attention (GQA, not latent)
+ *   mla_null_kv_b       attend_mla with a NULL kv_b weight
  *   scratch_empty       a scratch tensor [0, hidden]
  *   act_invalid         act_mul with activation 7 (no lh_activation)
  *   act_silu            the ungated act with LH_ACT_SILU (gated only)
@@ -57,6 +59,8 @@ typedef enum fb_case {
     FB_MISSING_ATTENTION,
     FB_MISSING_MOE,
     FB_MOE_NULL,
+    FB_MLA_NOT_MLA,
+    FB_MLA_NULL_KV_B,
     FB_VOCAB_ZERO,
     FB_SCRATCH_NEGATIVE,
     FB_ROWS_OUTSIDE,
@@ -92,6 +96,8 @@ static const struct {
     {"missing_attention", FB_MISSING_ATTENTION},
     {"missing_moe", FB_MISSING_MOE},
     {"moe_null", FB_MOE_NULL},
+    {"mla_not_mla", FB_MLA_NOT_MLA},
+    {"mla_null_kv_b", FB_MLA_NULL_KV_B},
     {"vocab_zero", FB_VOCAB_ZERO},
     {"scratch_negative", FB_SCRATCH_NEGATIVE},
     {"rows_outside", FB_ROWS_OUTSIDE},
@@ -304,6 +310,10 @@ static lh_status fb_forward(void *model, const lh_host_api *api, lh_fwd *f)
             api->linear(f, &h, NULL, NULL, &q);
         if (m->c == FB_MOE_NULL)
             api->moe_ffn(f, NULL, &h, &proj);
+        if (m->c == FB_MLA_NOT_MLA)
+            api->attend_mla(f, L->attn, &q, &k, &v, L->wk, &attn);
+        if (m->c == FB_MLA_NULL_KV_B)
+            api->attend_mla(f, L->attn, &q, &k, &v, NULL, &attn);
         api->linear(f, &h, L->wq, NULL, &q);
         api->linear(f, &h, L->wk, NULL, &k);
         api->linear(f, &h, L->wv, NULL, &v);
