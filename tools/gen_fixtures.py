@@ -346,6 +346,22 @@ MODELS += [
          covers="DeepSeek-V3 as deepseek-v3-f32 in bfloat16 (vocabulary 512: fewer exact ties "
                 "among bf16 logits); kv_b_proj stays bf16 and is read per head in place."),
 ]
+MODELS += [
+    dict(name="deepseek-v2-bf16", model_type="deepseek_v2", dtype="bfloat16", seed=1031,
+         config=dict(MODELS[[m["name"] for m in MODELS].index("deepseek-v2-f32")]["config"],
+                     vocab_size=512),
+         covers="DeepSeek-V2 as deepseek-v2-f32 in bfloat16 (vocabulary 512); its router "
+                "stored in f32 as transformers keeps it."),
+    dict(name="qwen2moe-bf16", model_type="qwen2_moe", dtype="bfloat16", seed=1032,
+         config=dict(MODELS[[m["name"] for m in MODELS].index("qwen2moe-f32")]["config"],
+                     vocab_size=512),
+         covers="Qwen2-MoE as qwen2moe-f32 in bfloat16 (vocabulary 512): the shared expert's "
+                "sigmoid gate and the router in bf16."),
+    dict(name="qwen3moe-bf16", model_type="qwen3_moe", dtype="bfloat16", seed=1033,
+         config=dict(MODELS[[m["name"] for m in MODELS].index("qwen3moe-f32")]["config"],
+                     vocab_size=512),
+         covers="Qwen3-MoE as qwen3moe-f32 in bfloat16 (vocabulary 512)."),
+]
 # Minimum gap between the top_k-th and the next router score at every routed token: below it
 # a last-bit difference could pick another expert.
 MOE_MIN_ROUTER_GAP = 1e-4
@@ -428,9 +444,10 @@ def impl_kwargs(spec):
 
 
 def spec_is_moe(model):
-    """The f32 copy's routers join the gap check only for the families added with it
-    (DeepSeek): the committed Mixtral bf16 fixture was drawn before, and stays as drawn."""
-    return model.config.model_type in ("deepseek_v2", "deepseek_v3")
+    """The f32 copy's routers join the gap check (and the bf16 run must route as the f32 run)
+    for the bf16 MoE fixtures drawn with it: the committed Mixtral bf16 fixture was drawn
+    before, and stays as drawn."""
+    return model.config.model_type in ("deepseek_v2", "deepseek_v3", "qwen2_moe", "qwen3_moe")
 
 
 def make_model(spec, seed):
