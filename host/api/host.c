@@ -293,7 +293,12 @@ lh_status lh_prepare_request(lh_host *h, const lh_resolve_request *req, lh_run_c
     const char *text = req->struct_size >= offsetof(lh_resolve_request, config_text) +
                                                sizeof req->config_text
                            ? req->config_text : NULL;
-    lh_status st = load_run_config(req->config_file, text, req->overrides, rc, err);
+    lh_status st = lh_model_path_check(req->model, err);
+    if (st != LH_OK) {
+        lh_run_config_init(rc);
+        return st;
+    }
+    st = load_run_config(req->config_file, text, req->overrides, rc, err);
     char *gguf = NULL;
     if (st == LH_OK)
         st = lh_gguf_locate(req->model, &gguf, err);

@@ -3,6 +3,7 @@
  * host/tokenizer/tokenizer.c, exported through llmhost.h). */
 #include "core/err.h"
 #include "core/paths.h"
+#include "llmhost.h"
 #include "tokenizer/tokenizer.h"
 #include "weights/gguf_locate.h"
 
@@ -18,6 +19,9 @@ lh_status lh_tokenizer_open(const char *path, lh_tokenizer **out, lh_err *err)
     *out = NULL;
     if (!path || !*path)
         return lh_err_set(err, LH_E_USAGE, "lh_tokenizer_open: no path");
+    lh_status ps = lh_model_path_check(path, err);
+    if (ps != LH_OK)
+        return ps;
     /* a GGUF path wins only when lh_gguf_locate says it is one (a Hugging Face directory, with
      * config.json, never is) */
     char *file = NULL;

@@ -248,6 +248,9 @@ lh_status lh_chat_template_open(const char *path, lh_chat_template **out, lh_err
     *out = NULL;
     if (!path || !*path)
         return lh_err_set(err, LH_E_USAGE, "lh_chat_template_open: no path");
+    lh_status ps = lh_model_path_check(path, err);
+    if (ps != LH_OK)
+        return ps;
     char *file = NULL;
     lh_status s = lh_gguf_locate(path, &file, err);
     if (s != LH_OK)

@@ -1,4 +1,5 @@
 #include "cli_args.h"
+#include "core/strutil.h"
 
 #include "llmhost.h"
 
@@ -171,6 +172,23 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
         a->command = NULL;
         a->help = true;
         return 0;
+    }
+    /* the command is what the user meant first: an unknown one is reported before any of
+     * its options is read (those belong to the command, so they cannot be judged without it) */
+    static const char *const commands[] = {"list",   "resolve", "explain", "backends",
+                                           "run",    "tokenize", "logits", "bench",
+                                           "plugin", "version", "help"};
+    const size_t n_commands = sizeof commands / sizeof *commands;
+    bool known = strcmp(a->command, "--version") == 0;
+    for (size_t i = 0; !known && i < n_commands; i++)
+        known = strcmp(a->command, commands[i]) == 0;
+    if (!known) {
+        char list[160];
+        const char *near = lh_nearest(a->command, commands, n_commands);
+        fprintf(stderr, "llmhost: error [usage]: unknown command '%s'%s%s%s; commands: %s\n",
+                a->command, near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "",
+                lh_join_names(list, sizeof list, commands, n_commands));
+        return LH_E_USAGE;
     }
     optind = 2;
     opterr = 0;

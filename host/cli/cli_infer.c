@@ -545,14 +545,32 @@ int lh_cli_run(const lh_cli_args *a)
             fprintf(stderr, "llmhost run: --stop %zu is not valid UTF-8\n", i);
             rc = LH_E_USAGE;
         }
-    /* --stop matches decoded text: it needs the tokenizer with --prompt-tokens too */
-    if (rc == 0 && (text_mode || a->n_stop_strings) &&
-        lh_tokenizer_open(a->model, &tok, &err) != LH_OK)
-        rc = report(&err);
     if (rc == 0 && a->chat && !text_mode) {
         fprintf(stderr, "llmhost run: --chat needs -p TEXT (a user message)\n");
         rc = LH_E_USAGE;
     }
+    lh_host *h = NULL;
+    lh_engine *e = NULL;
+    int32_t *out = NULL;
+    /* `run` batches its prompts: without --max-batch-size (or a run config, which decides for
+     * itself) the batch is as large as the number of prompts */
+    char *ov[LH_CLI_MAX_OVERRIDES + 2] = {0};
+    char batch[64];
+    size_t n_ov = 0;
+    for (; n_ov < a->n_overrides; n_ov++)
+        ov[n_ov] = a->overrides[n_ov];
+    if (!a->batch_size_given && !a->config_file && n_prompts > 1) {
+        snprintf(batch, sizeof batch, "max-batch-size=%zu", n_prompts);
+        ov[n_ov++] = batch;
+    }
+    if (rc == 0 && (rc = open_engine(a, ov, &h, &e, &err)) != 0)
+        rc = report(&err);
+    /* the model resolves (and opens) before its tokenizer: a wrong architecture is reported
+     * as such, not as a missing tokenizer.json. --stop matches decoded text: it needs the
+     * tokenizer with --prompt-tokens too */
+    if (rc == 0 && (text_mode || a->n_stop_strings) &&
+        lh_tokenizer_open(a->model, &tok, &err) != LH_OK)
+        rc = report(&err);
     lh_chat_template *tmpl = NULL;
     if (rc == 0 && a->chat && lh_chat_template_open(a->model, &tmpl, &err) != LH_OK)
         rc = report(&err);
@@ -588,22 +606,6 @@ int lh_cli_run(const lh_cli_args *a)
         }
     }
     lh_chat_template_free(tmpl);
-    lh_host *h = NULL;
-    lh_engine *e = NULL;
-    int32_t *out = NULL;
-    /* `run` batches its prompts: without --max-batch-size (or a run config, which decides for
-     * itself) the batch is as large as the number of prompts */
-    char *ov[LH_CLI_MAX_OVERRIDES + 2] = {0};
-    char batch[64];
-    size_t n_ov = 0;
-    for (; n_ov < a->n_overrides; n_ov++)
-        ov[n_ov] = a->overrides[n_ov];
-    if (!a->batch_size_given && !a->config_file && n_prompts > 1) {
-        snprintf(batch, sizeof batch, "max-batch-size=%zu", n_prompts);
-        ov[n_ov++] = batch;
-    }
-    if (rc == 0 && (rc = open_engine(a, ov, &h, &e, &err)) != 0)
-        rc = report(&err);
     for (size_t s = 0; rc == 0 && s < n_prompts; s++)
         if (lens[s] + max_new - (max_new > 0) > lh_engine_max_seq_len(e)) {
             fprintf(stderr, "llmhost: error [usage]: prompt %zu (%lld tokens) + -n %lld exceeds "

@@ -127,11 +127,9 @@ int main(int argc, char **argv)
         rc = lh_cli_logits(&a);
     } else if (strcmp(a.command, "bench") == 0) {
         rc = lh_cli_bench(&a);
-    } else {
-        fprintf(stderr, "llmhost: unknown command '%s'; commands: list, resolve, explain, "
-                        "backends, run, tokenize, logits, bench, plugin, version, help\n",
-                a.command);
-        rc = LH_E_USAGE;
+    } else { /* lh_cli_parse refused every other name */
+        fprintf(stderr, "llmhost: internal error: command '%s' has no handler\n", a.command);
+        rc = LH_E_INTERNAL;
     }
     lh_cli_args_free(&a);
     return rc;

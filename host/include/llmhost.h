@@ -82,6 +82,14 @@ LH_EXPORT lh_status lh_host_list_json(lh_host *h, char **json_out, lh_err *err);
  * [concurrent] */
 LH_EXPORT lh_status lh_host_loaded_plugins_json(lh_host *h, char **json_out, lh_err *err);
 
+/* Whether `path` can name a model: an existing directory, a JSON file (a config.json; the
+ * tokenizer and chat-template openers also take their own JSON files) or a file with the GGUF
+ * magic. Resolution, engines, lh_tokenizer_open and lh_chat_template_open check it before they
+ * open anything, so a wrong path is reported as such. Errors: LH_E_USAGE (NULL or empty path;
+ * "model path 'P' is neither a model directory, a config.json nor a model file (GGUF)"),
+ * LH_E_IO ("model path 'P' does not exist", or the error stat gave). [concurrent] */
+LH_EXPORT lh_status lh_model_path_check(const char *path, lh_err *err);
+
 /* Resolve a model (directory or config.json path) with an optional YAML run config (a file
  * path, or the YAML text itself, or neither) and CLI-style overrides ("key=value" strings,
  * may be NULL; applied over the YAML). The result is JSON (caller frees): see docs/commands.md

@@ -444,6 +444,10 @@ static void test_config_files(void)
         0);
     char cfg[4096];
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    /* a model path that does not exist is said to be missing (lh_model_path_check) */
+    CU_ASSERT_EQUAL(lh_chat_template_open(cfg, &t, &err), LH_E_IO);
+    CHECK_MSG(err, "does not exist");
+    CU_ASSERT_EQUAL_FATAL(lh_test_write_file(dir, "config.json", "{}"), 0);
     CU_ASSERT_EQUAL_FATAL(lh_chat_template_open(cfg, &t, &err), LH_OK);
     char *out = NULL;
     CU_ASSERT_EQUAL(lh_chat_template_render_json(t, "[]", NULL, &out, NULL, &err), LH_OK);

@@ -265,6 +265,19 @@ class TestCommands(CliTestCase):
         self.assertEqual(rc, 2)
         self.assertIn("unknown command 'frobnicate'", err)
 
+    def test_unknown_command_before_its_options(self):
+        # the command is judged first: its options mean nothing without it (issue 18, class 3)
+        for args in (("serve", "--host", "127.0.0.1", "--port", "8000"),
+                     ("serve", "--bogus"), ("explian", "--json", cfg("llama-3.1-8b"))):
+            with self.subTest(args=args):
+                err = self.assert_error(cli(*args), 2, "usage",
+                                        "unknown command '%s'" % args[0],
+                                        "commands: list, resolve, explain")
+                self.assertNotIn("option", err)
+        err = self.assert_error(cli("explian", cfg("llama-3.1-8b")), 2, "usage",
+                                "did you mean 'explain'")
+        self.assertNotIn("did you mean", cli("serve")[2])  # nothing is near 'serve'
+
     def test_unknown_option_exits_2(self):
         rc, out, err = cli("resolve", "--frobnicate", cfg("llama-3.1-8b"))
         self.assertEqual(rc, 2)
@@ -597,6 +610,63 @@ class TestErrorClasses(CliTestCase):
         err = self.assert_error(cli("resolve", m), 4, "unknown-name", "'LlamaForCausalLm'",
                                 "did you mean 'LlamaForCausalLM'")
         self.assertIn("Qwen3ForCausalLM", err)  # the known names are listed
+
+    def test_resolution_before_geometry_every_command(self):
+        # an unlisted architecture whose config spells its geometry another way (GPT-2's
+        # n_embd / n_layer / n_head) is an unknown name for every command, never a geometry
+        # or KV-cache error, and before the tokenizer is looked for (issue 18, class 1)
+        d = self.model_dir("gpt2-unlisted", base="gpt2", architectures=["GPT2LMHeadModelX"])
+        with open(os.path.join(d, "config.json")) as f:
+            written = json.load(f)
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "intermediate_size"):
+            self.assertNotIn(key, written)
+        for args in (("resolve", d), ("explain", d), ("bench", d, "-n", "2"),
+                     ("logits", d, "--tokens", "1,2", "--out", os.path.join(self.tmp, "l.npy")),
+                     ("run", d, "-p", "hi"), ("run", d, "--prompt-tokens", "1,2")):
+            with self.subTest(cmd=args[0], args=args[2:]):
+                err = self.assert_error(cli(*args), 4, "unknown-name", "'GPT2LMHeadModelX'",
+                                        "did you mean 'GPT2LMHeadModel'")
+                self.assertNotIn("geometry", err)
+                self.assertNotIn("tokenizer", err)
+
+    def test_model_path_that_is_no_model(self):
+        # said as exactly that before any part of a model is opened (issue 18, class 4)
+        missing = os.path.join(self.tmp, "no-such-model")
+        plain = self.write("notes.txt", "not a model\n")
+        cmds = (("resolve",), ("explain",), ("bench", "-n", "2"), ("run", "-p", "hi"),
+                ("run", "--prompt-tokens", "1"), ("tokenize", "--text", "hi"),
+                ("logits", "--tokens", "1", "--out", os.path.join(self.tmp, "l.npy")),
+                ("run", "-p", "hi", "--chat"))
+        for c in cmds:
+            with self.subTest(cmd=c):
+                args = (c[0], missing) + c[1:]
+                err = self.assert_error(cli(*args), 13, "io-error",
+                                        "model path '%s' does not exist" % missing)
+                self.assertNotIn("tokenizer", err)
+                self.assertNotIn("config", err)
+                args = (c[0], plain) + c[1:]
+                self.assert_error(cli(*args), 2, "usage", "model path '%s' is neither a model "
+                                  "directory, a config.json nor a model file (GGUF)" % plain)
+
+    def test_switched_off_sliding_window_is_not_validated(self):
+        # transformers writes use_sliding_window false with sliding_window 0 (Qwen2-MoE): a
+        # value the config switches off is not checked as if used; on and <= 0 stays an error
+        # (issue 18, class 2)
+        with open(os.path.join(MODELS, "qwen2moe-f32", "config.json")) as f:
+            base = json.load(f)
+        for use, window, want in ((False, 0, 0), (False, -5, 0), (True, 0, 3), (True, -1, 3)):
+            with self.subTest(use_sliding_window=use, sliding_window=window):
+                j = dict(base, use_sliding_window=use, sliding_window=window,
+                         max_window_layers=1)
+                d = self.mkdir("qwen2moe-sw-%s-%d" % (use, window))
+                with open(os.path.join(d, "config.json"), "w") as f:
+                    json.dump(j, f)
+                rc, out, err = cli("explain", d)
+                if want == 0:
+                    self.assertEqual(rc, 0, err)
+                else:
+                    self.assert_error((rc, out, err), 3, "config-error", "sliding_window")
 
     def test_deepseek_explains_the_latent_cache(self):
         # the paged pool holds one latent of kv_lora_rank + qk_rope_head_dim per token and

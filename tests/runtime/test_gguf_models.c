@@ -287,8 +287,9 @@ static void test_errors(void)
                       "experts in 'qwen3' files are not supported yet");
     expect_open_error("bad-rope-freqs.gguf", NULL, LH_E_UNSUPPORTED, "rope_freqs.weight",
                       "not supported");
-    /* a file that is not GGUF at all keeps the config.json path's error */
-    expect_open_error("manifest.txt", NULL, LH_E_CONFIG, "manifest.txt", NULL);
+    /* a file that is neither GGUF nor JSON is no model path at all, said before it is read */
+    expect_open_error("manifest.txt", NULL, LH_E_USAGE, "manifest.txt",
+                      "is neither a model directory, a config.json nor a model file (GGUF)");
 }
 
 /* llama.cpp's stop ids: eos and the end-of-turn token both end a generation, as transformers'
