@@ -13,6 +13,7 @@
 #include "runtime/device.h"
 #include "runtime/runner.h"
 #include "runtime/generate.h"
+#include "runtime/scheduler.h"
 #include "weights/checkpoint.h"
 
 #include <jansson.h>
@@ -381,6 +382,21 @@ lh_status lh_engine_generate(lh_engine *e, const lh_generate_params *params,
                                            out_lens, stop, &e->last, &e->cancel, err);
     log_graph_counts(e, c0, r0);
     return st;
+}
+
+lh_status lh_scheduler_create(lh_engine *e, const lh_scheduler_options *options,
+                              lh_scheduler **out, lh_err *err)
+{
+    lh_err_clear(err);
+    if (out)
+        *out = NULL;
+    if (!e || !out)
+        return lh_err_set(err, LH_E_USAGE, "lh_scheduler_create: NULL engine or out");
+    if (options && options->struct_size < sizeof *options)
+        return lh_err_set(err, LH_E_USAGE, "lh_scheduler_create: options.struct_size %u is "
+                          "smaller than %zu", options->struct_size, sizeof *options);
+    return lh_scheduler_create_on(e->run, e->kctx, options ? options->max_num_batched_tokens : 0,
+                                  options ? options->prefix_caching : 0, out, err);
 }
 
 void lh_engine_cancel(lh_engine *e)

@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "registry/registry.h"
 #include "resolve/resolve.h"
+#include "runtime/runner.h"
 #include "weights/checkpoint_gguf.h"
 #include "weights/gguf.h"
 #include "weights/gguf_locate.h"
@@ -419,6 +420,43 @@ lh_status lh_explain_object(lh_host *h, const lh_resolution *r, const lh_model_c
     return LH_OK;
 }
 
+/* explain's CUDA-graph decision with what only the tree and the backend tell (the runner's
+ * own rule): a mixture of experts, or a backend that keeps its own KV memory, decodes
+ * eagerly even when graphs are on */
+static void explain_graphs(json_t *j, const lh_model *m, uint64_t caps)
+{
+    json_t *g = json_object_get(json_object_get(json_object_get(j, "attention"), "device"),
+                                "cuda_graphs");
+    if (!json_is_true(json_object_get(g, "on")))
+        return;
+    const char *why = lh_runner_graphs_refusal(lh_model_moe_at(m, 0, NULL) != NULL,
+                                               !(caps & LH_ATTN_CAP_PAGED_KV));
+    if (!why)
+        return;
+    json_object_set_new(g, "on", json_false());
+    json_object_set_new(g, "reason", json_string(why));
+}
+
+/* Whether a scheduler over this engine could share KV blocks by prefix (attention.kv_cache
+ * .prefix_caching), with the runner's own rule. */
+static void explain_prefix(json_t *j, const lh_model *m, uint64_t caps)
+{
+    json_t *kv = json_object_get(json_object_get(j, "attention"), "kv_cache");
+    if (!kv)
+        return;
+    const char *why = lh_prefix_refusal(!(caps & LH_ATTN_CAP_PAGED_KV), NULL);
+    for (size_t i = 0; !why && i < lh_model_attention_count(m); i++) {
+        const lh_attention_spec *s =
+            lh_model_attention_spec(m, lh_model_attention_lookup(m, lh_model_attention_key(m, i)));
+        if (s && s->rope)
+            why = lh_prefix_refusal(false, s->rope_scaling.kind);
+    }
+    json_object_set_new(kv, "prefix_caching",
+                        json_pack("{s:b,s:s}", "available", why == NULL, "reason",
+                                  why ? why : "a scheduler (lh_scheduler_*) shares whole blocks "
+                                              "by a hash chain of their tokens, LRU-evicted"));
+}
+
 static lh_status resolve_common(lh_host *h, const lh_resolve_request *req, bool explain,
                                 char **json_out, lh_err *err)
 {
@@ -446,6 +484,10 @@ static lh_status resolve_common(lh_host *h, const lh_resolve_request *req, bool 
     }
     if (st == LH_OK)
         st = lh_explain_object(h, &r, cfg, &rc, choice.trace, m, &j, err);
+    if (st == LH_OK && explain) {
+        explain_graphs(j, m, choice.caps);
+        explain_prefix(j, m, choice.caps);
+    }
     lh_model_free(m);
     lh_attn_choice_free(&choice);
     if (st == LH_OK)

@@ -3,12 +3,8 @@
 
 #include "llmhost.h"
 
-#include "core/strbuf.h"
-#include "core/utf8.h"
-
 #include <jansson.h>
 
-#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -146,238 +142,6 @@ static const char run_help[] =
     "is printed (the text, or --json with \"stopped\": \"interrupted\") and the exit\n"
     "status is 130.\n";
 
-/* ---- stop strings: transformers' StopStringCriteria -------------------------------------
- * transformers matches each stop string against a "clean" string per token: for a byte-level
- * decoder the token's bytes (bytes_to_unicode reversed), for a ByteFallback decoder "<0xNN>"
- * as its byte, otherwise the token decoded after the prefix "abcdef" (so that a leading space
- * survives) with that prefix cut off; stop strings and clean strings are compared as UTF-8
- * bytes (characters when the decoder is neither, which finds the same matches). After every
- * new token it looks at the last W tokens of prompt + output (W: the longest stop string, in
- * bytes or characters) and stops when a stop string occurs in their clean strings' concatenation
- * ending inside the new token. */
-typedef enum { SS_TEXT, SS_BYTE_LEVEL, SS_BYTE_FALLBACK } ss_mode;
-
-typedef struct stop_matcher {
-    const lh_tokenizer *tok;
-    ss_mode mode;
-    const char *const *strs;
-    size_t n_strs;
-    int64_t window;           /* W */
-    int32_t vocab;
-    char **clean;             /* per id, computed on first use */
-    size_t *clean_len;
-    int32_t *prefix;          /* encode("abcdef") without special tokens */
-    size_t n_prefix;
-    int32_t **hist;           /* per sequence: its last W ids (prompt, then output) */
-    int64_t *hist_len;
-    size_t n_seqs;
-    lh_strbuf buf;            /* the window's clean strings, concatenated */
-    uint8_t byte_of[324];     /* byte-level: code point -> byte */
-} stop_matcher;
-
-static lh_status oom(lh_err *err)
-{
-    err->code = LH_E_NOMEM;
-    snprintf(err->msg, sizeof err->msg, "out of memory matching --stop");
-    return LH_E_NOMEM;
-}
-
-/* The matching mode from the decoder of the model's tokenizer (lh_tokenizer_byte_mode tells
- * the decoders apart as transformers does). */
-static ss_mode stop_mode(const lh_tokenizer *t)
-{
-    const lh_byte_mode b = lh_tokenizer_byte_mode(t);
-    return b == LH_BYTE_MODE_LEVEL ? SS_BYTE_LEVEL
-         : b == LH_BYTE_MODE_FALLBACK ? SS_BYTE_FALLBACK : SS_TEXT;
-}
-
-static void stop_matcher_free(stop_matcher *m)
-{
-    if (m->clean)
-        for (int32_t i = 0; i < m->vocab; i++)
-            free(m->clean[i]);
-    free(m->clean);
-    free(m->clean_len);
-    free(m->prefix);
-    if (m->hist)
-        for (size_t s = 0; s < m->n_seqs; s++)
-            free(m->hist[s]);
-    free(m->hist);
-    free(m->hist_len);
-    lh_strbuf_free(&m->buf);
-    memset(m, 0, sizeof *m);
-}
-
-/* Prepares matching for n_seqs sequences whose prompts are ids/lens. Returns 0 or an exit
- * status after printing why. */
-static int stop_matcher_init(stop_matcher *m, const lh_tokenizer *tok,
-                             const char *const *strs, size_t n_strs, int32_t *const *ids,
-                             const int64_t *lens, size_t n_seqs)
-{
-    memset(m, 0, sizeof *m);
-    m->tok = tok;
-    m->mode = stop_mode(tok);
-    m->strs = strs;
-    m->n_strs = n_strs;
-    m->n_seqs = n_seqs;
-    m->vocab = lh_tokenizer_vocab_size(tok);
-    for (size_t i = 0; i < n_strs; i++) {
-        int64_t units = 0;
-        if (m->mode == SS_TEXT)
-            units = (int64_t)lh_utf8_count(strs[i], strlen(strs[i])); /* valid: checked */
-        else
-            units = (int64_t)strlen(strs[i]);
-        if (units > m->window)
-            m->window = units;
-    }
-    /* bytes_to_unicode, reversed */
-    int n = 0;
-    for (int b = 0; b < 256; b++) {
-        bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-        if (printable)
-            m->byte_of[b] = (uint8_t)b;
-        else
-            m->byte_of[256 + n++] = (uint8_t)b;
-    }
-    m->clean = calloc((size_t)(m->vocab > 0 ? m->vocab : 1), sizeof *m->clean);
-    m->clean_len = calloc((size_t)(m->vocab > 0 ? m->vocab : 1), sizeof *m->clean_len);
-    m->hist = calloc(n_seqs, sizeof *m->hist);
-    m->hist_len = calloc(n_seqs, sizeof *m->hist_len);
-    bool ok = m->clean && m->clean_len && m->hist && m->hist_len;
-    for (size_t s = 0; ok && s < n_seqs; s++) {
-        ok = (m->hist[s] = malloc((size_t)m->window * sizeof **m->hist)) != NULL;
-        int64_t take = lens[s] < m->window ? lens[s] : m->window;
-        if (ok)
-            memcpy(m->hist[s], ids[s] + lens[s] - take, (size_t)take * sizeof **m->hist);
-        m->hist_len[s] = take;
-    }
-    lh_err err = {0};
-    size_t np = 0;
-    if (ok && lh_tokenizer_encode(tok, "abcdef", 6, false, &m->prefix, &np, &err) != LH_OK) {
-        m->prefix = NULL; /* then tokens decode alone */
-        np = 0;
-    }
-    m->n_prefix = np;
-    if (!ok) {
-        fprintf(stderr, "llmhost run: out of memory\n");
-        stop_matcher_free(m);
-        return LH_E_NOMEM;
-    }
-    return 0;
-}
-
-/* The clean string of id (see above), computed once. */
-static lh_status clean_token(stop_matcher *m, int32_t id, const char **out, size_t *len,
-                             lh_err *err)
-{
-    *out = "";
-    *len = 0;
-    if (id < 0 || id >= m->vocab)
-        return LH_OK;
-    if (m->clean[id]) {
-        *out = m->clean[id];
-        *len = m->clean_len[id];
-        return LH_OK;
-    }
-    const char *tokstr = lh_tokenizer_id_to_token(m->tok, id);
-    if (!tokstr) /* no token has this id: it matches nothing */
-        return LH_OK;
-    size_t tl = strlen(tokstr);
-    char *c = NULL;
-    size_t cl = 0;
-    if (m->mode == SS_BYTE_LEVEL) {
-        c = malloc(tl + 1);
-        if (!c)
-            return oom(err);
-        bool all = true;
-        for (size_t q = 0, k; all && q < tl; q += k) {
-            uint32_t cp = 0;
-            k = lh_utf8_next(tokstr + q, tl - q, &cp, NULL);
-            all = k && cp < 324 && (cp >= 256 || m->byte_of[cp] == cp);
-            if (all)
-                c[cl++] = (char)m->byte_of[cp];
-        }
-        if (!all) {
-            free(c);
-            c = NULL;
-            cl = 0;
-        }
-    } else if (m->mode == SS_BYTE_FALLBACK && tl == 6 && strncmp(tokstr, "<0x", 3) == 0 &&
-               tokstr[5] == '>' && isxdigit((unsigned char)tokstr[3]) &&
-               isxdigit((unsigned char)tokstr[4])) {
-        c = malloc(2);
-        if (!c)
-            return oom(err);
-        c[cl++] = (char)strtol(tokstr + 3, NULL, 16);
-    }
-    if (!c) { /* decoded after the prefix, which is cut off again */
-        int32_t *seq = malloc((m->n_prefix + 1) * sizeof *seq);
-        if (!seq)
-            return oom(err);
-        if (m->n_prefix)
-            memcpy(seq, m->prefix, m->n_prefix * sizeof *seq);
-        seq[m->n_prefix] = id;
-        char *text = NULL;
-        size_t len2 = 0;
-        lh_status st = lh_tokenizer_decode(m->tok, seq, m->n_prefix + 1, false, &text, &len2,
-                                           err);
-        free(seq);
-        if (st != LH_OK)
-            return st;
-        char *at = strstr(text, "abcdef");
-        if (!at) { /* the prefix did not survive: the token alone */
-            free(text);
-            if ((st = lh_tokenizer_decode(m->tok, &id, 1, false, &text, &len2, err)) != LH_OK)
-                return st;
-            at = text;
-        } else {
-            at += 6;
-        }
-        cl = len2 - (size_t)(at - text);
-        memmove(text, at, cl + 1);
-        c = text;
-    }
-    c[cl] = '\0';
-    m->clean[id] = c;
-    m->clean_len[id] = cl;
-    *out = c;
-    *len = cl;
-    return LH_OK;
-}
-
-/* Adds id to sequence s; *hit: a stop string now ends inside id's clean string. */
-static lh_status stop_matcher_step(stop_matcher *m, size_t s, int32_t id, bool *hit,
-                                   lh_err *err)
-{
-    *hit = false;
-    int32_t *h = m->hist[s];
-    if (m->hist_len[s] == m->window)
-        memmove(h, h + 1, (size_t)(--m->hist_len[s]) * sizeof *h);
-    h[m->hist_len[s]++] = id;
-    size_t last = 0;
-    m->buf.len = 0;
-    for (int64_t i = 0; i < m->hist_len[s]; i++) {
-        const char *c;
-        size_t cl;
-        lh_status st = clean_token(m, h[i], &c, &cl, err);
-        if (st != LH_OK)
-            return st;
-        last = m->buf.len;
-        lh_strbuf_add(&m->buf, c, cl);
-    }
-    if (!lh_strbuf_ok(&m->buf))
-        return oom(err);
-    const size_t n = m->buf.len;
-    for (size_t j = 0; j < m->n_strs && !*hit; j++) {
-        size_t L = strlen(m->strs[j]);
-        /* an occurrence that ends after `last` starts after last - L */
-        size_t from = last + 1 > L ? last + 1 - L : 0;
-        if (from < n && n - from >= L)
-            *hit = memmem(m->buf.s + from, n - from, m->strs[j], L) != NULL;
-    }
-    return LH_OK;
-}
-
 static volatile sig_atomic_t g_interrupted;
 
 static void on_sigint(int sig)
@@ -400,8 +164,8 @@ typedef struct run_stream {
     lh_status st;
     lh_err err;
     double t_first;
-    stop_matcher *stops; /* --stop: NULL without */
-    bool *finish;        /* the params' finish flags */
+    lh_stop_matcher **stops; /* --stop: one per sequence; NULL without */
+    bool *finish;            /* the params' finish flags */
 } run_stream;
 
 static bool run_on_step(void *user, int64_t step, const int64_t *seqs, const int32_t *ids,
@@ -424,7 +188,7 @@ static bool run_on_step(void *user, int64_t step, const int64_t *seqs, const int
     }
     for (int64_t i = 0; rs->stops && rs->st == LH_OK && i < n; i++) {
         bool hit = false;
-        rs->st = stop_matcher_step(rs->stops, (size_t)seqs[i], ids[i], &hit, &rs->err);
+        rs->st = lh_stop_matcher_step(rs->stops[seqs[i]], ids[i], &hit, NULL, &rs->err);
         if (hit)
             rs->finish[seqs[i]] = true;
     }
@@ -540,11 +304,12 @@ int lh_cli_run(const lh_cli_args *a)
     const double t_load = now_seconds();
     for (size_t i = 0; rc == 0 && !text_mode && i < n_prompts; i++)
         rc = parse_ids("run", "--prompt-tokens", a->prompt_tokens[i], &ids[i], &lens[i]);
-    for (size_t i = 0; rc == 0 && i < a->n_stop_strings; i++)
-        if (!lh_utf8_valid(a->stop_strings[i], strlen(a->stop_strings[i]))) {
-            fprintf(stderr, "llmhost run: --stop %zu is not valid UTF-8\n", i);
-            rc = LH_E_USAGE;
-        }
+    /* before anything loads: the matcher checks them again, after the model opened */
+    if (rc == 0 && a->n_stop_strings &&
+        lh_stop_strings_check(a->stop_strings, a->n_stop_strings, &err) != LH_OK) {
+        fprintf(stderr, "llmhost run: --stop: %s\n", err.msg);
+        rc = LH_E_USAGE;
+    }
     if (rc == 0 && a->chat && !text_mode) {
         fprintf(stderr, "llmhost run: --chat needs -p TEXT (a user message)\n");
         rc = LH_E_USAGE;
@@ -665,12 +430,17 @@ int lh_cli_run(const lh_cli_args *a)
             lh_detok_stream_create(tok, true, &rs.ds, &err) != LH_OK)
             rc = report(&err);
     }
-    stop_matcher sm = {0};
+    /* --stop: each prompt's matcher sees the prompt as context, where a stop string may
+     * begin */
+    lh_stop_matcher *sm[LH_CLI_MAX_DIRS] = {0};
     bool finish[LH_CLI_MAX_DIRS];
+    for (size_t s = 0; rc == 0 && a->n_stop_strings && s < n_prompts; s++)
+        if (lh_stop_matcher_create(tok, a->stop_strings, a->n_stop_strings, &sm[s], &err) !=
+                LH_OK ||
+            lh_stop_matcher_add_context(sm[s], ids[s], (size_t)lens[s], &err) != LH_OK)
+            rc = report(&err);
     if (rc == 0 && a->n_stop_strings) {
-        rc = stop_matcher_init(&sm, tok, a->stop_strings, a->n_stop_strings, ids,
-                               lens, n_prompts);
-        rs.stops = rc == 0 ? &sm : NULL;
+        rs.stops = sm;
         rs.finish = finish;
         gp.finish = finish;
     }
@@ -745,7 +515,8 @@ int lh_cli_run(const lh_cli_args *a)
     for (size_t i = 0; i < n_prompts; i++)
         free(ids[i]);
     lh_detok_stream_free(rs.ds);
-    stop_matcher_free(&sm);
+    for (size_t s = 0; s < n_prompts; s++)
+        lh_stop_matcher_free(sm[s]);
     lh_tokenizer_free(tok);
     lh_engine_close(e);
     lh_host_free(h);

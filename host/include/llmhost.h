@@ -345,6 +345,89 @@ LH_EXPORT lh_status lh_engine_generate(lh_engine *e, const lh_generate_params *p
  * handler. Not after (or during) lh_engine_close. */
 LH_EXPORT void lh_engine_cancel(lh_engine *e);
 
+/* ---- continuous batching ---------------------------------------------------------------
+ *
+ * A scheduler runs many requests over one engine, each arriving and leaving at any step
+ * (iteration-level batching): every step takes one token of each request that is decoding,
+ * then chunks of the prompts waiting to be prefilled (the oldest first, new requests as
+ * sequence slots free up) up to max_num_batched_tokens, so a long prompt never stalls the
+ * decodes; each row that completes a prompt or decodes a token is sampled with its request's
+ * own parameters. When the paged KV pool cannot hold a step, prefill chunks wait first, then
+ * the newest running request is preempted (its blocks freed; its prompt and tokens so far are
+ * recomputed when it runs again), so no request fails for lack of blocks. A request's tokens
+ * depend on its prompt and parameters only: its k-th new token draws from (seed, stream, k),
+ * as lh_engine_generate's sequence with that stream does, so a request gives the tokens it
+ * gives alone (as far as the kernels compute a row the same way in any batch: the CPU kernels
+ * do with f32 weights; bf16 weights on AMX take bf16 tiles for steps of 16 rows or more unless
+ * bf16_matmul is exact).
+ * Threads and ownership: submit, cancel and busy may be called from any thread; step from one
+ * thread at a time, and never while the engine runs lh_engine_generate* or lh_engine_logits
+ * (the scheduler uses the engine's sequence slots); the token callback runs on the stepping
+ * thread, inside step, and must not call step. The engine must outlive the scheduler. */
+typedef struct lh_scheduler lh_scheduler;
+
+typedef struct lh_scheduler_options {
+    uint32_t struct_size;            /* sizeof(lh_scheduler_options) */
+    /* tokens fed to the model per step, >= max_batch_size (every decode takes one); 0: 64
+     * per slot, at least 512 */
+    int64_t max_num_batched_tokens;
+    /* Prefix caching: full KV blocks keyed by a hash chain of their tokens are shared between
+     * requests and kept after use until their blocks are needed (least recently used first),
+     * so a prompt that starts with cached blocks skips their prefill. 0: on where the model
+     * allows (the paged pool; not with dynamic RoPE or longrope, whose keys depend on the
+     * sequence length), 1: on (LH_E_UNSUPPORTED saying why where not), -1: off. */
+    int prefix_caching;
+} lh_scheduler_options;
+
+/* Called for each new token of request `id` (token >= 0, last false), and once when the
+ * request ends (last true, with why; token is its last new token, or -1 when it ended
+ * without producing one here: cancelled, or max_new_tokens 0). */
+typedef void (*lh_token_fn)(void *user, uint64_t id, int32_t token, bool last,
+                            lh_stop_reason why);
+
+/* What one step did. */
+typedef struct lh_scheduler_step_info {
+    int64_t tokens;    /* tokens fed to the model */
+    int64_t decodes;   /* of them, one per decoding request */
+    int64_t prefill;   /* prompt (and recompute) tokens */
+    int64_t sampled;   /* new tokens chosen */
+    int64_t preempted; /* requests preempted for KV blocks */
+    int64_t finished;  /* requests that ended */
+    int64_t running;   /* requests holding a sequence slot after the step */
+    int64_t waiting;   /* requests waiting for one */
+    int64_t cached;    /* prompt tokens taken from the prefix cache instead of computed */
+} lh_scheduler_step_info;
+
+/* A scheduler over engine e (options may be NULL: the defaults). *out is the caller's
+ * (lh_scheduler_free). Errors: LH_E_USAGE (NULL engine or out, a struct_size too small, a
+ * budget outside [max_batch_size, 2^24], naming both; prefix_caching outside -1..1),
+ * LH_E_UNSUPPORTED (prefix_caching 1 where the model does not allow it, saying why),
+ * LH_E_NOMEM. */
+LH_EXPORT lh_status lh_scheduler_create(lh_engine *e, const lh_scheduler_options *options,
+                                        lh_scheduler **out, lh_err *err);
+/* Drops what is queued or running (no callbacks) and frees the scheduler. NULL: no-op. */
+LH_EXPORT void lh_scheduler_free(lh_scheduler *s);
+/* Queues a request: prompt[0..len) (copied), params as lh_engine_generate reads them
+ * (sampling, seed, max_new_tokens, stop ids -- copied; seq_streams, on_step and finish are not
+ * read), its random stream, the token callback fn (may be NULL) and its user pointer. *id
+ * (may be NULL) receives the request's id, 1, 2, ... in submission order. Errors:
+ * LH_E_USAGE (empty prompt, an id outside the vocabulary, parameters lh_engine_generate
+ * refuses, prompt + max_new_tokens beyond max_seq_len), LH_E_UNSUPPORTED (more KV blocks than
+ * the whole pool has, with both numbers), LH_E_NOMEM. [concurrent] */
+LH_EXPORT lh_status lh_scheduler_submit(lh_scheduler *s, const int32_t *prompt, int64_t len,
+                                        const lh_generate_params *params, uint64_t stream,
+                                        lh_token_fn fn, void *user, uint64_t *id, lh_err *err);
+/* Ends request id at the next step with LH_STOP_CANCELLED (its callback: last true, token
+ * -1); an id that ended or never existed is ignored. [concurrent] */
+LH_EXPORT void lh_scheduler_cancel(lh_scheduler *s, uint64_t id);
+/* Runs one step (nothing when no request is queued). info may be NULL. A failed step (a
+ * kernel or backend error) ends the requests it ran with LH_STOP_CANCELLED and returns the
+ * error; the scheduler stays usable. */
+LH_EXPORT lh_status lh_scheduler_step(lh_scheduler *s, lh_scheduler_step_info *info,
+                                      lh_err *err);
+/* Whether a request is queued or running. [concurrent] */
+LH_EXPORT bool lh_scheduler_busy(lh_scheduler *s);
+
 /* ---- tokenizer ------------------------------------------------------------------------- */
 
 /* The tokenizer of a Hugging Face tokenizer.json, giving the same ids as the `tokenizers`
@@ -452,6 +535,70 @@ LH_EXPORT lh_status lh_detok_stream_finish(lh_detok_stream *s, char **chunk, siz
                                            lh_err *err);
 /* NULL is ok. */
 LH_EXPORT void lh_detok_stream_free(lh_detok_stream *s);
+
+/* ---- stop strings ---------------------------------------------------------------------- */
+
+/* Stop strings for one sequence, matched as transformers' generate(stop_strings=...)
+ * (StopStringCriteria) matches them. Each token stands for a string, read as
+ * lh_tokenizer_byte_mode says: its bytes for a byte-level token and for a "<0xNN>"
+ * byte-fallback token, otherwise the token decoded after a fixed prefix with the prefix cut
+ * off (so a leading space survives); special tokens as written; an id no token has (a model
+ * vocabulary padded beyond the tokenizer's) stands for nothing. After each new token the
+ * strings of the last W tokens of context + output (W: the longest stop string in bytes, in
+ * characters for a TEXT tokenizer) are concatenated and searched, byte for byte, for a stop
+ * string that ends inside the new token. So a stop string may span tokens, begin or end
+ * inside a token -- even between the bytes of one UTF-8 character -- and begin in the
+ * context; one wholly inside the context never matches.
+ * What a match means is the caller's to apply; transformers (and `llmhost run --stop`) keep
+ * the token that completed the string as the sequence's last, so the output text contains
+ * the stop string and the rest of that token. Nothing emitted is then ever taken back, so a
+ * stream holds nothing back for stop strings: stream the text with lh_detok_stream (which
+ * never splits a UTF-8 sequence), feed the same ids to the matcher, and end the sequence
+ * after the token that matched (lh_generate_params.finish). The matcher returns no text and
+ * needs no flush.
+ * Limits: 1 to LH_STOP_STRINGS_MAX strings per matcher, each 1 to LH_STOP_STRING_MAX_BYTES
+ * bytes of valid UTF-8.
+ * Ownership and threads: a matcher copies its strings and keeps a reference to its tokenizer,
+ * which must outlive it; it holds the strings of its last W tokens, nothing per vocabulary
+ * (one per request is cheap). Matchers over one tokenizer are independent: any number may
+ * run at once, each on one thread at a time. */
+#define LH_STOP_STRINGS_MAX 64
+#define LH_STOP_STRING_MAX_BYTES 1024
+
+typedef struct lh_stop_matcher lh_stop_matcher;
+
+/* Checks stop strings against the limits without a tokenizer (lh_stop_matcher_create checks
+ * the same), e.g. before a model loads. Errors, all LH_E_USAGE, the first found (I: the
+ * string's index): "no stop strings (at least 1)" (n 0), "N stop strings: at most 64",
+ * "stop strings: the array is NULL", "stop string I is NULL", "stop string I is empty",
+ * "stop string I is N bytes long: at most 1024", "stop string I is not valid UTF-8 (byte
+ * B)" (B: the offset of the first ill-formed byte). [concurrent] */
+LH_EXPORT lh_status lh_stop_strings_check(const char *const *strs, size_t n, lh_err *err);
+/* A matcher of strs[0..n) over t's tokens, with no context yet; strs is only read during
+ * the call. *out is the caller's (lh_stop_matcher_free), NULL on error.
+ * Errors: LH_E_USAGE for a NULL out or t ("lh_stop_matcher_create: ... is NULL") and
+ * whatever lh_stop_strings_check refuses, with its message; LH_E_NOMEM. [concurrent] (it only
+ * reads t, as t's other functions do) */
+LH_EXPORT lh_status lh_stop_matcher_create(const lh_tokenizer *t, const char *const *strs,
+                                           size_t n, lh_stop_matcher **out, lh_err *err);
+/* Appends ids that precede the output (the prompt; may be called again, e.g. for a prompt
+ * given in pieces): a stop string may begin in them but matches only when a later step's
+ * token ends it. Only their last W ids are kept. ids may be NULL when n is 0.
+ * Errors: LH_E_USAGE for a NULL m or ids, or a negative id ("token id -1 (position 3) is
+ * negative"); LH_E_NOMEM. On error the context is as before the call. [exclusive] */
+LH_EXPORT lh_status lh_stop_matcher_add_context(lh_stop_matcher *m, const int32_t *ids,
+                                                size_t n, lh_err *err);
+/* Adds one generated token id: *matched tells whether a stop string ends inside it, and
+ * *which (which may be NULL) is the index, in the order given to create, of the first stop
+ * string that does (SIZE_MAX when none). Steps may go on after a match (the window moves on
+ * as if the sequence continued). An id no token has (at or beyond lh_tokenizer_vocab_size)
+ * stands for nothing and is no error.
+ * Errors: LH_E_USAGE for a NULL m or matched, or a negative id ("token id -1 is negative");
+ * LH_E_NOMEM (*matched false). On error the token is not added. [exclusive] */
+LH_EXPORT lh_status lh_stop_matcher_step(lh_stop_matcher *m, int32_t id, bool *matched,
+                                         size_t *which, lh_err *err);
+/* NULL is ok. [exclusive] */
+LH_EXPORT void lh_stop_matcher_free(lh_stop_matcher *m);
 
 /* ---- chat templates -------------------------------------------------------------------- */
 

@@ -11,7 +11,29 @@
 typedef struct kv_slot {
     int32_t *table;   /* [max_blocks_per_seq] */
     int64_t n_blocks; /* entries in use */
+    /* prefix caching: blocks [0, n_published) are hashed or known duplicates; last_key is
+     * the chain hash of block n_published - 1 (0 before the first) */
+    int64_t n_published;
+    uint64_t last_key;
 } kv_slot;
+
+/* Prefix caching (lh_kv_cache_enable_prefix): full blocks identified by a hash chain of their
+ * token ids, shared by reference between slots, and kept after their last holder leaves until
+ * a block is needed (least recently released first). A hit is exact: the block's tokens and
+ * its parent's chain hash are compared, so only a 64-bit collision of the parent chain could
+ * pass. */
+typedef struct prefix_cache {
+    int32_t *ref;            /* [num_blocks] slots holding each block */
+    uint64_t *key, *parent;  /* [num_blocks] a hashed block's chain hash and its parent's */
+    int32_t *tok;            /* [num_blocks * block_size] a hashed block's tokens */
+    uint8_t *hashed;         /* [num_blocks] */
+    int32_t *prev, *next;    /* [num_blocks] the LRU list of hashed blocks nobody holds */
+    int32_t head, tail;      /* oldest, newest (-1: empty) */
+    int64_t n_lru;
+    int32_t *tab;            /* open addressing on key: block ids, -1 empty, -2 deleted */
+    int64_t cap;             /* a power of two, >= 2 x num_blocks */
+    lh_kv_prefix_stats stats;
+} prefix_cache;
 
 struct lh_kv_cache {
     lh_kv_plan plan;
@@ -25,6 +47,7 @@ struct lh_kv_cache {
     int64_t n_free;
     int64_t next_fresh;  /* blocks [next_fresh, num_blocks) were never handed out */
     kv_slot *slots; /* [max_seqs] */
+    prefix_cache *pc; /* NULL: off */
 };
 
 static const char *kv_dtype_name(lh_dtype dt)
@@ -189,6 +212,17 @@ void lh_kv_cache_free(lh_kv_cache *c)
     free(c->slots);
     free(c->free_ids);
     free(c->layers);
+    if (c->pc) {
+        free(c->pc->ref);
+        free(c->pc->key);
+        free(c->pc->parent);
+        free(c->pc->tok);
+        free(c->pc->hashed);
+        free(c->pc->prev);
+        free(c->pc->next);
+        free(c->pc->tab);
+        free(c->pc);
+    }
     free(c);
 }
 
@@ -313,6 +347,55 @@ lh_status lh_kv_cache_create(const lh_kv_plan *plan, lh_kctx *kctx, lh_kv_cache 
     return LH_OK;
 }
 
+static void lru_push(prefix_cache *pc, int32_t b)
+{
+    pc->prev[b] = pc->tail;
+    pc->next[b] = -1;
+    if (pc->tail >= 0)
+        pc->next[pc->tail] = b;
+    else
+        pc->head = b;
+    pc->tail = b;
+    pc->n_lru++;
+}
+
+static void lru_unlink(prefix_cache *pc, int32_t b)
+{
+    if (pc->prev[b] >= 0)
+        pc->next[pc->prev[b]] = pc->next[b];
+    else
+        pc->head = pc->next[b];
+    if (pc->next[b] >= 0)
+        pc->prev[pc->next[b]] = pc->prev[b];
+    else
+        pc->tail = pc->prev[b];
+    pc->n_lru--;
+}
+
+static void pc_remove(prefix_cache *pc, int32_t b);
+
+/* A block for a slot (the caller checked one is free): released ones first, then fresh ones,
+ * lowest first, then the cached block released longest ago (its hash forgotten). */
+static int32_t take_block(lh_kv_cache *c)
+{
+    int32_t b;
+    if (c->n_free)
+        b = c->free_ids[--c->n_free];
+    else if (c->next_fresh < c->plan.num_blocks)
+        b = (int32_t)c->next_fresh++;
+    else {
+        prefix_cache *pc = c->pc;
+        b = pc->head;
+        lru_unlink(pc, b);
+        pc_remove(pc, b);
+        pc->hashed[b] = 0;
+        pc->stats.evicted_blocks++;
+    }
+    if (c->pc)
+        c->pc->ref[b] = 1;
+    return b;
+}
+
 lh_status lh_kv_cache_reserve(lh_kv_cache *c, const int64_t *slots, const int64_t *tokens,
                               int64_t n, lh_err *err)
 {
@@ -349,9 +432,8 @@ lh_status lh_kv_cache_reserve(lh_kv_cache *c, const int64_t *slots, const int64_
     for (int64_t i = 0; i < n; i++) {
         kv_slot *s = &c->slots[slots[i]];
         const int64_t want = (tokens[i] + bs - 1) / bs;
-        while (s->n_blocks < want) /* released blocks first, then fresh ones, lowest first */
-            s->table[s->n_blocks++] = c->n_free ? c->free_ids[--c->n_free]
-                                                : (int32_t)c->next_fresh++;
+        while (s->n_blocks < want)
+            s->table[s->n_blocks++] = take_block(c);
     }
     return LH_OK;
 }
@@ -361,9 +443,19 @@ void lh_kv_cache_release(lh_kv_cache *c, int64_t slot)
     if (!c || slot < 0 || slot >= c->plan.max_seqs)
         return;
     kv_slot *s = &c->slots[slot];
+    prefix_cache *pc = c->pc;
     /* in reverse, so the slot's first block is on top and is reused first */
-    while (s->n_blocks > 0)
-        c->free_ids[c->n_free++] = s->table[--s->n_blocks];
+    while (s->n_blocks > 0) {
+        const int32_t b = s->table[--s->n_blocks];
+        if (pc && --pc->ref[b] > 0)
+            continue; /* another slot still reads it */
+        if (pc && pc->hashed[b])
+            lru_push(pc, b); /* kept for a later prefix hit */
+        else
+            c->free_ids[c->n_free++] = b;
+    }
+    s->n_published = 0;
+    s->last_key = 0;
 }
 
 const int32_t *lh_kv_cache_table(const lh_kv_cache *c, int64_t slot, int64_t *n_blocks)
@@ -388,5 +480,180 @@ const lh_kv_plan *lh_kv_cache_plan(const lh_kv_cache *c)
 
 int64_t lh_kv_cache_free_blocks(const lh_kv_cache *c)
 {
-    return c->n_free + (c->plan.num_blocks - c->next_fresh);
+    return c->n_free + (c->plan.num_blocks - c->next_fresh) + (c->pc ? c->pc->n_lru : 0);
+}
+
+lh_status lh_kv_cache_enable_prefix(lh_kv_cache *c, lh_err *err)
+{
+    if (!c)
+        return lh_err_set(err, LH_E_USAGE, "KV cache: NULL cache");
+    if (c->pc)
+        return LH_OK;
+    for (int64_t i = 0; i < c->plan.max_seqs; i++)
+        if (c->slots[i].n_blocks)
+            return lh_err_set(err, LH_E_USAGE, "KV cache: prefix caching is switched on before "
+                              "any slot holds blocks (slot %lld holds %lld)", (long long)i,
+                              (long long)c->slots[i].n_blocks);
+    const size_t nb = (size_t)c->plan.num_blocks, bs = (size_t)c->plan.block_size;
+    prefix_cache *pc = calloc(1, sizeof *pc);
+    size_t cap = 16;
+    while (cap < 2 * nb)
+        cap *= 2;
+    if (pc) {
+        pc->ref = calloc(nb, sizeof *pc->ref);
+        pc->key = malloc(nb * sizeof *pc->key);
+        pc->parent = malloc(nb * sizeof *pc->parent);
+        pc->tok = bs <= SIZE_MAX / sizeof *pc->tok / (nb ? nb : 1)
+                      ? malloc(nb * bs * sizeof *pc->tok) : NULL;
+        pc->hashed = calloc(nb, sizeof *pc->hashed);
+        pc->prev = malloc(nb * sizeof *pc->prev);
+        pc->next = malloc(nb * sizeof *pc->next);
+        pc->tab = malloc(cap * sizeof *pc->tab);
+    }
+    if (!pc || !pc->ref || !pc->key || !pc->parent || !pc->tok || !pc->hashed || !pc->prev ||
+        !pc->next || !pc->tab) {
+        if (pc) {
+            free(pc->ref);
+            free(pc->key);
+            free(pc->parent);
+            free(pc->tok);
+            free(pc->hashed);
+            free(pc->prev);
+            free(pc->next);
+            free(pc->tab);
+        }
+        free(pc);
+        return lh_err_set(err, LH_E_NOMEM, "KV cache: out of memory for the prefix cache of "
+                          "%zu blocks", nb);
+    }
+    for (size_t i = 0; i < cap; i++)
+        pc->tab[i] = -1;
+    pc->cap = (int64_t)cap;
+    pc->head = pc->tail = -1;
+    /* the blocks handed out before (none: checked) hold no reference */
+    c->pc = pc;
+    return LH_OK;
+}
+
+bool lh_kv_cache_prefix_on(const lh_kv_cache *c)
+{
+    return c && c->pc;
+}
+
+void lh_kv_cache_prefix_stats(const lh_kv_cache *c, lh_kv_prefix_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!c || !c->pc)
+        return;
+    *out = c->pc->stats;
+    out->cached_blocks = 0;
+    for (int64_t b = 0; b < c->plan.num_blocks; b++)
+        out->cached_blocks += c->pc->hashed[b];
+    out->idle_cached_blocks = c->pc->n_lru;
+}
+
+/* The chain hash of a block of tokens after its parent's (splitmix64 steps over the ids). */
+static uint64_t chain_hash(uint64_t parent, const int32_t *tok, int64_t n)
+{
+    uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;
+    for (int64_t i = 0; i < n; i++) {
+        h += (uint64_t)(uint32_t)tok[i] + 0x9e3779b97f4a7c15ull;
+        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+        h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+        h ^= h >> 31;
+    }
+    return h ? h : 1; /* 0 means "no parent" */
+}
+
+/* The hashed block with this key whose parent and tokens match, or -1. */
+static int32_t pc_find(const prefix_cache *pc, int64_t bs, uint64_t key, uint64_t parent,
+                       const int32_t *tok)
+{
+    for (int64_t i = (int64_t)(key & (uint64_t)(pc->cap - 1)), probes = 0; probes < pc->cap;
+         i = (i + 1) & (pc->cap - 1), probes++) {
+        const int32_t b = pc->tab[i];
+        if (b == -1)
+            return -1;
+        if (b >= 0 && pc->key[b] == key && pc->parent[b] == parent &&
+            memcmp(pc->tok + (size_t)b * (size_t)bs, tok, (size_t)bs * sizeof *tok) == 0)
+            return b;
+    }
+    return -1;
+}
+
+static void pc_insert(prefix_cache *pc, int32_t b)
+{
+    int64_t i = (int64_t)(pc->key[b] & (uint64_t)(pc->cap - 1));
+    while (pc->tab[i] >= 0)
+        i = (i + 1) & (pc->cap - 1);
+    pc->tab[i] = b;
+}
+
+static void pc_remove(prefix_cache *pc, int32_t b)
+{
+    for (int64_t i = (int64_t)(pc->key[b] & (uint64_t)(pc->cap - 1)), probes = 0;
+         probes < pc->cap && pc->tab[i] != -1; i = (i + 1) & (pc->cap - 1), probes++)
+        if (pc->tab[i] == b) {
+            pc->tab[i] = -2;
+            return;
+        }
+}
+
+int64_t lh_kv_cache_attach_prefix(lh_kv_cache *c, int64_t slot, const int32_t *tokens,
+                                  int64_t n)
+{
+    if (!c || !c->pc || slot < 0 || slot >= c->plan.max_seqs || !tokens || n <= 0)
+        return 0;
+    kv_slot *s = &c->slots[slot];
+    if (s->n_blocks != 0)
+        return 0;
+    prefix_cache *pc = c->pc;
+    const int64_t bs = c->plan.block_size;
+    /* at least the last token is computed: its logits are what the request waits for */
+    const int64_t max_blocks = (n - 1) / bs;
+    uint64_t parent = 0;
+    pc->stats.lookups++;
+    while (s->n_blocks < max_blocks) {
+        const int32_t *t = tokens + s->n_blocks * bs;
+        const uint64_t key = chain_hash(parent, t, bs);
+        const int32_t b = pc_find(pc, bs, key, parent, t);
+        if (b < 0)
+            break;
+        if (pc->ref[b]++ == 0)
+            lru_unlink(pc, b);
+        s->table[s->n_blocks++] = b;
+        parent = key;
+    }
+    s->n_published = s->n_blocks;
+    s->last_key = parent;
+    pc->stats.hit_blocks += s->n_blocks;
+    pc->stats.hit_tokens += s->n_blocks * bs;
+    return s->n_blocks * bs;
+}
+
+void lh_kv_cache_publish(lh_kv_cache *c, int64_t slot, const int32_t *tokens, int64_t n)
+{
+    if (!c || !c->pc || slot < 0 || slot >= c->plan.max_seqs || !tokens)
+        return;
+    kv_slot *s = &c->slots[slot];
+    prefix_cache *pc = c->pc;
+    const int64_t bs = c->plan.block_size;
+    int64_t full = n / bs;
+    if (full > s->n_blocks)
+        full = s->n_blocks;
+    for (; s->n_published < full; s->n_published++) {
+        const int32_t *t = tokens + s->n_published * bs;
+        const uint64_t key = chain_hash(s->last_key, t, bs);
+        const int32_t b = s->table[s->n_published];
+        /* a block of the same content another slot published first stays private */
+        if (!pc->hashed[b] && pc_find(pc, bs, key, s->last_key, t) < 0) {
+            pc->hashed[b] = 1;
+            pc->key[b] = key;
+            pc->parent[b] = s->last_key;
+            memcpy(pc->tok + (size_t)b * (size_t)bs, t, (size_t)bs * sizeof *t);
+            pc_insert(pc, b);
+            pc->stats.published_blocks++;
+        }
+        s->last_key = key;
+    }
 }

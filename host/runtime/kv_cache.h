@@ -95,4 +95,34 @@ const lh_kv_pages *lh_kv_cache_layer(const lh_kv_cache *c, int64_t layer);
 const lh_kv_plan *lh_kv_cache_plan(const lh_kv_cache *c);
 int64_t lh_kv_cache_free_blocks(const lh_kv_cache *c);
 
+/* ---- prefix caching ----
+ * Full blocks are identified by a hash chain of their token ids (the cache belongs to one
+ * engine, so the model, its RoPE and the KV dtype are fixed), shared by reference between
+ * slots, and kept when their last holder releases them until a block is needed (the one
+ * released longest ago goes first): lh_kv_cache_free_blocks counts them as free. A block is
+ * published only once it is full and written, and never written again (a slot writes past
+ * what it holds), so a hit reads what a cold run would have written. */
+typedef struct lh_kv_prefix_stats {
+    int64_t lookups;          /* attach calls */
+    int64_t hit_blocks, hit_tokens;
+    int64_t published_blocks; /* blocks made shareable */
+    int64_t evicted_blocks;   /* cached blocks taken for new contents */
+    int64_t cached_blocks;    /* hashed now (held or idle) */
+    int64_t idle_cached_blocks; /* hashed, held by no slot */
+} lh_kv_prefix_stats;
+
+/* Switches prefix caching on (before any slot holds a block). Errors: LH_E_USAGE (blocks
+ * already handed out), LH_E_NOMEM. */
+lh_status lh_kv_cache_enable_prefix(lh_kv_cache *c, lh_err *err);
+bool lh_kv_cache_prefix_on(const lh_kv_cache *c);
+/* An empty slot takes the cached blocks that hold the longest prefix of tokens[0..n) in whole
+ * blocks, leaving at least the last token to compute; returns the tokens they cover (0 when
+ * off, the slot holds blocks, or nothing matches). */
+int64_t lh_kv_cache_attach_prefix(lh_kv_cache *c, int64_t slot, const int32_t *tokens,
+                                  int64_t n);
+/* Publishes the slot's full blocks among its first n tokens (tokens[0..n) its sequence, whose
+ * KV is written), continuing the chain from what it published or attached before. */
+void lh_kv_cache_publish(lh_kv_cache *c, int64_t slot, const int32_t *tokens, int64_t n);
+void lh_kv_cache_prefix_stats(const lh_kv_cache *c, lh_kv_prefix_stats *out);
+
 #endif

@@ -408,6 +408,28 @@ static lh_status init_attention(lh_runner *r, const lh_model *m, const lh_attn_r
     return st;
 }
 
+const char *lh_prefix_refusal(bool own_kv, const char *rope_kind)
+{
+    if (own_kv)
+        return "the attention backend keeps its own KV cache (prefix caching shares the host's "
+               "paged blocks)";
+    if (rope_kind && strcmp(rope_kind, "longrope") == 0)
+        return "longrope switches RoPE tables with the sequence length, so a block's keys "
+               "depend on more than its tokens";
+    if (rope_kind && strcmp(rope_kind, "dynamic") == 0)
+        return "dynamic RoPE scaling rotates keys with frequencies of the sequence length at "
+               "their write, so a block's keys depend on more than its tokens";
+    return NULL;
+}
+
+const char *lh_runner_prefix_refusal(const lh_runner *r)
+{
+    const char *why = lh_prefix_refusal(!r || !r->kv, NULL);
+    for (int64_t i = 0; r && !why && i < r->n_ropes; i++)
+        why = lh_prefix_refusal(false, r->ropes[i].scaling.kind);
+    return why;
+}
+
 int64_t lh_runner_rope_switch_len(const lh_runner *r)
 {
     int64_t len = 0;
@@ -540,17 +562,10 @@ lh_status lh_runner_create(const lh_model *m, const lh_model_provider *prov,
         st = lh_runner_init_moe(r, m, err);
     if (st == LH_OK)
         st = bind_plugin(r, lh_host_api_table(), cfg, err);
+    const char *no_graphs = lh_runner_graphs_refusal(r->n_moes > 0, !r->kv);
     if (st == LH_OK && attn->cuda_graphs && r->dev.kind == LH_DEVICE_CUDA) {
-        if (r->n_moes > 0) {
-            /* the routing brings each token's experts back to the host, which a captured
-             * step cannot wait for */
-            lh_log(LH_LOG_INFO, "cuda graphs: off for a mixture-of-experts model (the routing "
-                   "waits for the device once per MoE block); decode steps run eagerly");
-        } else if (!r->kv) {
-            /* a backend's own KV memory may move (grow) during a step: a graph would replay
-             * the old addresses */
-            lh_log(LH_LOG_INFO, "cuda graphs: off for this attention backend (it keeps its own "
-                   "KV cache); decode steps run eagerly");
+        if (no_graphs) {
+            lh_log(LH_LOG_INFO, "cuda graphs: %s; decode steps run eagerly", no_graphs);
         } else {
             const int64_t bs = lh_kv_cache_plan(r->kv)->block_size;
             r->graph = calloc((size_t)r->max_seqs, sizeof *r->graph);
@@ -592,6 +607,20 @@ const lh_kv_cache *lh_runner_kv(const lh_runner *r)
 int64_t lh_runner_weight_bytes(const lh_runner *r)
 {
     return r ? r->weight_bytes : 0;
+}
+
+const char *lh_runner_graphs_refusal(bool moe, bool own_kv)
+{
+    /* the routing brings each token's experts back to the host, which a captured step
+     * cannot wait for; a backend's own KV memory may move (grow) during a step, and a graph
+     * would replay the old addresses */
+    if (moe)
+        return "off for a mixture-of-experts model (the routing waits for the device once "
+               "per MoE block)";
+    if (own_kv)
+        return "off for this attention backend (it keeps its own KV cache, which may move "
+               "as it grows)";
+    return NULL;
 }
 
 bool lh_runner_graphs(const lh_runner *r)

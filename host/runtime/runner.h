@@ -68,11 +68,21 @@ const lh_kv_cache *lh_runner_kv(const lh_runner *r);
 int64_t lh_runner_weight_bytes(const lh_runner *r);
 /* Whether decode steps run as CUDA graphs. */
 bool lh_runner_graphs(const lh_runner *r);
+/* Why decode steps cannot be recorded as CUDA graphs for a model with MoE blocks (moe) or a
+ * backend that keeps its own KV memory (own_kv): a static sentence, NULL when they can. The
+ * runner's decision and explain's report both come from here. */
+const char *lh_runner_graphs_refusal(bool moe, bool own_kv);
 /* The sequence length at which a layer's RoPE table switches (longrope: the original
  * maximum; a sequence longer than it is rotated with the long factors, every position), or
  * 0 when no table switches. Keys cached before the switch were rotated with the other table,
  * so a sequence that grows past it is computed afresh (lh_generate), as transformers does. */
 int64_t lh_runner_rope_switch_len(const lh_runner *r);
+/* Why KV blocks cannot be shared by prefix (a static sentence), or NULL when they can: a
+ * backend with its own KV cache (own_kv), RoPE whose keys depend on the sequence length
+ * (rope_kind "dynamic" or "longrope"; NULL: none). The runner's decision and explain's report
+ * both come from here; lh_runner_prefix_refusal applies it to a runner's layers. */
+const char *lh_prefix_refusal(bool own_kv, const char *rope_kind);
+const char *lh_runner_prefix_refusal(const lh_runner *r);
 
 /* One forward step over step->n_tokens packed tokens. For each of the n_out rows listed in
  * out_rows (token indices into the batch) the logits [vocab] are written to

@@ -15,6 +15,7 @@
  *                        (tok_gguf.h)
  *   tokenizer.c          encode and decode through the components; the token table queries
  *   tok_stream.c         the streaming decoder (lh_detok_stream_*)
+ *   tok_stop.c           stop strings matched on the tokens' strings (lh_stop_matcher_*)
  * Text is kept in core/strbuf.h's lh_strbuf, UTF-8 read with core/utf8.h. Every string these
  * components handle is valid UTF-8 (tokenizer.json's strings are, encode checks its text, and
  * each component keeps it so). */

@@ -1796,6 +1796,23 @@ class TestAttentionExplain(CliTestCase):
                               "--set", "kv_cache.memory_fraction=0.01"),
                           3, "config-error", "kv_cache.max_tokens", "kv_cache.memory_fraction")
 
+    def test_explain_prefix_caching_availability(self):
+        # whether a scheduler could share KV blocks by prefix, with the runner's own rule
+        def pc(model, *extra):
+            j = self.ok_json("explain", model, "--json", *extra)
+            return j["attention"]["kv_cache"]["prefix_caching"]
+        got = pc(cfg("llama-3.1-8b"))
+        self.assertTrue(got["available"], got)
+        got = pc(cfg("llama-3.1-8b"), "--set", "attn_backend=vanilla")
+        self.assertFalse(got["available"])
+        self.assertIn("keeps its own KV cache", got["reason"])
+        got = pc(os.path.join(MODELS, "phi3-f32"))
+        self.assertFalse(got["available"])
+        self.assertIn("longrope", got["reason"])
+        got = pc(os.path.join(MODELS, "llama-rope-dynamic"))
+        self.assertFalse(got["available"])
+        self.assertIn("dynamic RoPE scaling", got["reason"])
+
     def test_explain_text_shows_rope_fusion_and_kv_pool(self):
         rc, out, err = cli("explain", cfg("llama-3.1-8b"), "--attn-backend", "paged",
                            "--set", "kv_cache.max_tokens=1000")

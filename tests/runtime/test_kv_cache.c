@@ -445,6 +445,83 @@ static void test_reserve_usage_errors(void)
     lh_kv_cache_free(NULL);
 }
 
+/* Prefix caching: shared full blocks, references, LRU eviction, exact matches only. */
+static void test_prefix_cache(void)
+{
+    lh_kv_plan plan;
+    lh_kv_cache *c = small_cache(&plan); /* 6 blocks of 4 tokens, 3 slots */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    lh_err err = {0};
+    const int32_t t[16] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+    int64_t s0 = 0, s1 = 1, s2 = 2, t12 = 12, t16 = 16;
+    CU_ASSERT_EQUAL(lh_kv_cache_attach_prefix(c, 0, t, 12), 0); /* off: nothing */
+    CU_ASSERT_FALSE(lh_kv_cache_prefix_on(c));
+    CU_ASSERT_EQUAL_FATAL(lh_kv_cache_enable_prefix(c, &err), LH_OK);
+    CU_ASSERT_EQUAL(lh_kv_cache_enable_prefix(c, &err), LH_OK); /* twice: fine */
+    CU_ASSERT_EQUAL(lh_kv_cache_reserve(c, &s0, &t12, 1, &err), LH_OK); /* 0 1 2 */
+    CU_ASSERT_EQUAL(lh_kv_cache_attach_prefix(c, 1, t, 14), 0); /* nothing published yet */
+    lh_kv_cache_publish(c, 0, t, 11);                             /* 2 full blocks of 3 */
+    lh_kv_cache_publish(c, 0, t, 12);                             /* the third */
+    lh_kv_prefix_stats st;
+    lh_kv_cache_prefix_stats(c, &st);
+    CU_ASSERT_EQUAL(st.published_blocks, 3);
+    /* 14 tokens: 3 whole blocks, the last token left to compute */
+    CU_ASSERT_EQUAL(lh_kv_cache_attach_prefix(c, 1, t, 14), 12);
+    CU_ASSERT(table_is(c, 1, (const int32_t[]){0, 1, 2}, 3));
+    CU_ASSERT_EQUAL(lh_kv_cache_attach_prefix(c, 1, t, 14), 0); /* a slot that holds blocks */
+    CU_ASSERT_EQUAL(lh_kv_cache_free_blocks(c), 3);             /* shared blocks count once */
+    /* 12 tokens: at most 2 blocks (the 12th token is computed) */
+    CU_ASSERT_EQUAL(lh_kv_cache_attach_prefix(c, 2, t, 12), 8);
+    lh_kv_cache_release(c, 2);
+    /* another token in the second block: only the first matches */
+    int32_t u[16];
+    memcpy(u, t, sizeof u);
+    u[5] = 99;
+    CU_ASSERT_EQUAL(lh_kv_cache_attach_prefix(c, 2, u, 14), 4);
+    lh_kv_cache_release(c, 2);
+    /* enabling once blocks are held is refused */
+    lh_kv_plan plan2;
+    lh_kv_cache *c2 = small_cache(&plan2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c2);
+    CU_ASSERT_EQUAL(lh_kv_cache_reserve(c2, &s0, &t12, 1, &err), LH_OK);
+    CU_ASSERT_EQUAL(lh_kv_cache_enable_prefix(c2, &err), LH_E_USAGE);
+    CHECK_MSG(err, "before any slot holds blocks");
+    lh_kv_cache_free(c2);
+    /* held by slot 1 still: releasing slot 0 frees nothing */
+    lh_kv_cache_release(c, 0);
+    CU_ASSERT_EQUAL(lh_kv_cache_free_blocks(c), 3);
+    /* released by everyone: kept, and counted free */
+    lh_kv_cache_release(c, 1);
+    CU_ASSERT_EQUAL(lh_kv_cache_free_blocks(c), 6);
+    lh_kv_cache_prefix_stats(c, &st);
+    CU_ASSERT_EQUAL(st.cached_blocks, 3);
+    CU_ASSERT_EQUAL(st.idle_cached_blocks, 3);
+    /* 4 blocks: the 3 never used, then the cached one released longest ago (block 2: slot 1
+     * gave 2, 1, 0 back in that order) */
+    CU_ASSERT_EQUAL(lh_kv_cache_reserve(c, &s2, &t16, 1, &err), LH_OK);
+    CU_ASSERT(table_is(c, 2, (const int32_t[]){3, 4, 5, 2}, 4));
+    lh_kv_cache_prefix_stats(c, &st);
+    CU_ASSERT_EQUAL(st.evicted_blocks, 1);
+    /* the chain now stops where its block was taken */
+    CU_ASSERT_EQUAL(lh_kv_cache_attach_prefix(c, 0, t, 16), 8);
+    CU_ASSERT(table_is(c, 0, (const int32_t[]){0, 1}, 2));
+    /* slot 2 writes the same 16 tokens: its copies of blocks 0 and 1 stay private, its third
+     * block (block 5) is new to the cache */
+    lh_kv_cache_publish(c, 2, t, 16);
+    lh_kv_cache_prefix_stats(c, &st);
+    CU_ASSERT_EQUAL(st.published_blocks, 5);
+    lh_kv_cache_release(c, 2);
+    CU_ASSERT_EQUAL(lh_kv_cache_attach_prefix(c, 1, t, 16), 12); /* 0 1 (held by 0), then 5 */
+    CU_ASSERT(table_is(c, 1, (const int32_t[]){0, 1, 5}, 3));
+    lh_kv_cache_release(c, 0);
+    lh_kv_cache_release(c, 1);
+    CU_ASSERT_EQUAL(lh_kv_cache_free_blocks(c), 6);
+    CU_ASSERT_EQUAL(lh_kv_cache_reserve(c, &s1, &t16, 1, &err), LH_OK); /* every block again */
+    CU_ASSERT_EQUAL(lh_kv_cache_free_blocks(c), 2);
+    (void)s1;
+    lh_kv_cache_free(c);
+}
+
 static void test_release_and_reuse_order(void)
 {
     lh_kv_plan plan;
@@ -640,6 +717,7 @@ static CU_TestInfo pool_tests[] = {
     {"reserve: lowest ids first, never shrinks, all or nothing", test_reserve_and_shortage},
     {"reserve: usage errors change nothing", test_reserve_usage_errors},
     {"release gives blocks back, reuse order", test_release_and_reuse_order},
+    {"prefix cache: shared blocks, references, LRU eviction, exact hits", test_prefix_cache},
     {"layer views: shapes, dtypes, scales, summaries, disjoint", test_layer_views},
     CU_TEST_INFO_NULL,
 };

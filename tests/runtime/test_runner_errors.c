@@ -394,6 +394,19 @@ static int suite_clean(void)
     return 0;
 }
 
+/* ---- which models decode without CUDA graphs, and why (the runner's rule, explain's report) */
+
+static void test_graphs_refusal(void)
+{
+    CU_ASSERT_PTR_NULL(lh_runner_graphs_refusal(false, false));
+    const char *moe = lh_runner_graphs_refusal(true, false);
+    const char *own = lh_runner_graphs_refusal(false, true);
+    CU_ASSERT_FATAL(moe && own);
+    CU_ASSERT_PTR_NOT_NULL(strstr(moe, "mixture-of-experts"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(own, "its own KV cache"));
+    CU_ASSERT_STRING_EQUAL(lh_runner_graphs_refusal(true, true), moe);
+}
+
 static CU_TestInfo tests[] = {
     {"the plugin's good forward equals the built-in Llama (control)", test_good_matches_builtin},
     {"a provider without bind/forward cannot be opened as an engine", test_no_forward_pass},
@@ -414,6 +427,7 @@ static CU_TestInfo tests[] = {
      test_linear_shapes},
     {"empty scratch, NULL weight, bad activations, mis-shaped output rows",
      test_block_arguments},
+    {"CUDA graphs refused for MoE models and backends with their own KV", test_graphs_refusal},
     CU_TEST_INFO_NULL,
 };
 

@@ -1,0 +1,534 @@
+/* The continuous-batching scheduler (lh_scheduler_*, llmhost.h) against isolated runs:
+ *  - 32 greedy requests of different lengths, submitted while others run, with a token
+ *    budget small enough to chunk prompts: each gives the tokens lh_engine_generate gives it
+ *    alone (f32 fixtures: Llama, Qwen3-MoE, DeepSeek-V3 with latent attention; paged and
+ *    vanilla);
+ *  - seeded sampling: each request's tokens equal its isolated seeded run;
+ *  - a KV pool too small for everyone: requests are preempted and recomputed, none fails, the
+ *    tokens are unchanged;
+ *  - stop ids, max_new_tokens 0, cancel (queued and running), submits from several threads
+ *    while one thread steps;
+ *  - refusals: an empty prompt, ids outside the vocabulary, more than max_seq_len, more than
+ *    the whole pool, a budget below the slots. */
+#include "llmhost.h"
+#include "rt_host.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_REQ 32
+#define MAX_NEW 12
+#define MAX_LEN 48
+
+static lh_host *host;
+
+typedef struct outcome {
+    int32_t tokens[MAX_NEW];
+    int64_t n;
+    bool ended;
+    lh_stop_reason why;
+    int32_t last_token;
+    int bad; /* a callback after the end, or past MAX_NEW */
+} outcome;
+
+typedef struct collector {
+    outcome out[N_REQ + 8];
+    uint64_t first_id;
+    pthread_mutex_t mu; /* submitters and the stepping thread */
+} collector;
+
+static void on_token(void *user, uint64_t id, int32_t token, bool last, lh_stop_reason why)
+{
+    collector *c = user;
+    outcome *o = &c->out[id - c->first_id];
+    if (o->ended) {
+        o->bad++;
+        return;
+    }
+    if (token >= 0) {
+        if (o->n < MAX_NEW)
+            o->tokens[o->n++] = token;
+        else
+            o->bad++;
+    }
+    if (last) {
+        o->ended = true;
+        o->why = why;
+        o->last_token = token;
+    }
+}
+
+static lh_engine *open_engine(const char *fixture, const char *backend, const char *kv_tokens)
+{
+    char dir[1200], kv[96];
+    snprintf(dir, sizeof dir, "%s/models/%s", lh_test_env("LH_FIXTURES"), fixture);
+    const char *ov[4] = {"max_batch_size=32", "max_seq_len=64", NULL, NULL};
+    if (kv_tokens) {
+        snprintf(kv, sizeof kv, "kv_cache.max_tokens=%s", kv_tokens);
+        ov[2] = kv;
+    }
+    lh_engine_options o = {.struct_size = sizeof o, .model = dir, .overrides = ov,
+                           .attn_backend = backend};
+    lh_engine *e = NULL;
+    lh_err err = {0};
+    if (lh_engine_open(host, &o, &e, &err) != LH_OK)
+        fprintf(stderr, "\n  %s (%s): %s\n", fixture, backend, err.msg);
+    return e;
+}
+
+/* Request i's prompt: 1 .. MAX_LEN - MAX_NEW ids from a fixed generator. */
+static int64_t make_prompt(int i, int32_t *p, int64_t vocab)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+    const int64_t n = 1 + (int64_t)((uint64_t)i * 7 % (MAX_LEN - MAX_NEW));
+    for (int64_t k = 0; k < n; k++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[k] = (int32_t)(x % (uint64_t)vocab);
+    }
+    return n;
+}
+
+static lh_generate_params params(const lh_engine *e, bool sample, uint64_t seed)
+{
+    lh_generate_params p = {.struct_size = sizeof p};
+    lh_err err = {0};
+    CU_ASSERT_EQUAL(lh_engine_generation_defaults(e, &p, &err), LH_OK);
+    p.do_sample = sample;
+    p.temperature = sample ? 0.9f : 1.0f;
+    p.top_k = sample ? 40 : 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.repetition_penalty = 1.0f;
+    p.seed = seed;
+    p.max_new_tokens = MAX_NEW;
+    p.stop_ids = NULL;
+    p.n_stop_ids = 0;
+    return p;
+}
+
+/* The tokens request i gets alone: lh_engine_generate of its prompt as a batch of one. */
+static int64_t alone(lh_engine *e, const lh_generate_params *p, const int32_t *prompt,
+                     int64_t len, int32_t *out)
+{
+    int64_t n = 0;
+    lh_stop_reason why;
+    lh_err err = {0};
+    const int32_t *const prompts[1] = {prompt};
+    CU_ASSERT_EQUAL(lh_engine_generate(e, p, prompts, &len, 1, out, &n, &why, &err), LH_OK);
+    return n;
+}
+
+/* Runs N_REQ requests through a scheduler with a budget of `budget` tokens, submitted in
+ * waves (a third, then more after some steps), and compares each with its run alone. Returns
+ * the requests preempted over the run. */
+static int64_t check_against_alone(lh_engine *e, bool sample, int64_t budget, const char *what)
+{
+    const int64_t vocab = lh_engine_vocab_size(e);
+    int32_t prompt[N_REQ][MAX_LEN];
+    int64_t len[N_REQ];
+    int32_t ref[N_REQ][MAX_NEW];
+    int64_t ref_n[N_REQ];
+    lh_generate_params p[N_REQ];
+    for (int i = 0; i < N_REQ; i++) {
+        len[i] = make_prompt(i, prompt[i], vocab);
+        p[i] = params(e, sample, 1000u + (uint64_t)i);
+        ref_n[i] = alone(e, &p[i], prompt[i], len[i], ref[i]);
+    }
+    lh_scheduler *s = NULL;
+    lh_err err = {0};
+    const lh_scheduler_options so = {.struct_size = sizeof so, .max_num_batched_tokens = budget};
+    CU_ASSERT_EQUAL_FATAL(lh_scheduler_create(e, &so, &s, &err), LH_OK);
+    collector *c = calloc(1, sizeof *c);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    int submitted = 0, steps = 0;
+    int64_t preempted = 0, max_running = 0;
+    while (submitted < N_REQ || lh_scheduler_busy(s)) {
+        /* waves: 10 at first, then 4 more every third step */
+        int want = submitted == 0 ? 10 : (steps % 3 == 0 ? 4 : 0);
+        for (int k = 0; k < want && submitted < N_REQ; k++, submitted++) {
+            uint64_t id = 0;
+            CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt[submitted], len[submitted],
+                                                &p[submitted], 0, on_token, c, &id, &err),
+                            LH_OK);
+            if (submitted == 0)
+                c->first_id = id;
+            CU_ASSERT_EQUAL(id, c->first_id + (uint64_t)submitted);
+        }
+        lh_scheduler_step_info info;
+        lh_status st = lh_scheduler_step(s, &info, &err);
+        CU_ASSERT_EQUAL(st, LH_OK);
+        if (st != LH_OK) {
+            fprintf(stderr, "\n  %s: %s\n", what, err.msg);
+            break;
+        }
+        CU_ASSERT(info.tokens <= budget);
+        preempted += info.preempted;
+        if (info.running > max_running)
+            max_running = info.running;
+        CU_ASSERT_FATAL(++steps < 10000);
+    }
+    int mismatched = 0;
+    for (int i = 0; i < N_REQ; i++) {
+        const outcome *o = &c->out[i];
+        CU_ASSERT(o->ended);
+        CU_ASSERT_EQUAL(o->bad, 0);
+        CU_ASSERT_EQUAL(o->n, ref_n[i]);
+        CU_ASSERT_EQUAL(o->why, LH_STOP_LENGTH);
+        if (o->n != ref_n[i] || memcmp(o->tokens, ref[i], (size_t)o->n * sizeof(int32_t)) != 0)
+            mismatched++;
+    }
+    printf("\n    %s: %d requests in %d steps (budget %lld tokens, up to %lld running, %lld "
+           "preemptions): %d differ from their run alone", what, N_REQ, steps,
+           (long long)budget, (long long)max_running, (long long)preempted, mismatched);
+    CU_ASSERT_EQUAL(mismatched, 0);
+    free(c);
+    lh_scheduler_free(s);
+    return preempted;
+}
+
+static void test_greedy_equals_alone(void)
+{
+    static const char *const fixtures[] = {"llama-mha-f32", "qwen3moe-f32", "deepseek-v3-f32"};
+    for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
+        for (int b = 0; b < 2; b++) {
+            const char *backend = b ? "vanilla" : "paged";
+            lh_engine *e = open_engine(fixtures[f], backend, NULL);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+            char what[96];
+            snprintf(what, sizeof what, "%s (%s), greedy", fixtures[f], backend);
+            check_against_alone(e, false, 48, what);
+            lh_engine_close(e);
+        }
+    }
+}
+
+static void test_sampled_equals_alone(void)
+{
+    lh_engine *e = open_engine("llama-mha-f32", "paged", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    check_against_alone(e, true, 40, "llama-mha-f32, seeded sampling");
+    lh_engine_close(e);
+}
+
+static void test_preemption(void)
+{
+    /* 12 blocks of 16 tokens: about four requests' worth */
+    lh_engine *e = open_engine("llama-mha-f32", "paged", "192");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    const int64_t preempted = check_against_alone(e, false, 64, "llama-mha-f32, 192-token pool");
+    CU_ASSERT(preempted > 0);
+    lh_engine_close(e);
+}
+
+/* Steps until nothing is queued (bounded). */
+static void drain(lh_scheduler *s)
+{
+    lh_err err = {0};
+    for (int i = 0; i < 1000 && lh_scheduler_busy(s); i++)
+        CU_ASSERT_EQUAL_FATAL(lh_scheduler_step(s, NULL, &err), LH_OK);
+    CU_ASSERT_FALSE(lh_scheduler_busy(s));
+}
+
+static void test_stop_cancel_and_zero(void)
+{
+    lh_engine *e = open_engine("llama-mha-f32", "paged", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    const int64_t vocab = lh_engine_vocab_size(e);
+    int32_t prompt[MAX_LEN], ref[MAX_NEW];
+    const int64_t len = make_prompt(5, prompt, vocab);
+    lh_generate_params p = params(e, false, 0);
+    CU_ASSERT_EQUAL_FATAL(alone(e, &p, prompt, len, ref), MAX_NEW);
+    lh_scheduler *s = NULL;
+    lh_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lh_scheduler_create(e, NULL, &s, &err), LH_OK);
+    collector *c = calloc(1, sizeof *c);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    /* 0: the third token is a stop id; 1: no token wanted; 2: cancelled while queued;
+     * 3: cancelled after its first token; 4: runs to the end */
+    lh_generate_params ps = p, pz = p;
+    ps.stop_ids = &ref[2];
+    ps.n_stop_ids = 1;
+    pz.max_new_tokens = 0;
+    uint64_t id[5];
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, len, &ps, 0, on_token, c, &id[0], &err), LH_OK);
+    c->first_id = id[0];
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, len, &pz, 0, on_token, c, &id[1], &err), LH_OK);
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, len, &p, 0, on_token, c, &id[2], &err), LH_OK);
+    lh_scheduler_cancel(s, id[2]);
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, len, &p, 0, on_token, c, &id[3], &err), LH_OK);
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, len, &p, 0, on_token, c, &id[4], &err), LH_OK);
+    CU_ASSERT_EQUAL_FATAL(lh_scheduler_step(s, NULL, &err), LH_OK); /* the prefills */
+    CU_ASSERT_EQUAL(c->out[3].n, 1);
+    lh_scheduler_cancel(s, id[3]);
+    lh_scheduler_cancel(s, 999999); /* unknown: ignored */
+    drain(s);
+    const outcome *o = c->out;
+    CU_ASSERT_EQUAL(o[0].why, LH_STOP_EOS);
+    CU_ASSERT_EQUAL(o[0].n, 3);
+    CU_ASSERT_EQUAL(o[0].last_token, ref[2]);
+    CU_ASSERT_EQUAL(memcmp(o[0].tokens, ref, 3 * sizeof(int32_t)), 0);
+    CU_ASSERT(o[1].ended && o[1].n == 0 && o[1].why == LH_STOP_LENGTH && o[1].last_token == -1);
+    CU_ASSERT(o[2].ended && o[2].n == 0 && o[2].why == LH_STOP_CANCELLED);
+    CU_ASSERT(o[3].ended && o[3].n == 1 && o[3].why == LH_STOP_CANCELLED &&
+              o[3].last_token == -1);
+    CU_ASSERT(o[4].ended && o[4].n == MAX_NEW && o[4].why == LH_STOP_LENGTH);
+    CU_ASSERT_EQUAL(memcmp(o[4].tokens, ref, sizeof ref), 0);
+    lh_scheduler_cancel(s, id[4]); /* already ended: ignored */
+    drain(s);
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT_EQUAL(o[i].bad, 0);
+    free(c);
+    lh_scheduler_free(s);
+    lh_engine_close(e);
+}
+
+typedef struct submitter {
+    lh_scheduler *s;
+    collector *c;
+    const int32_t *prompt;
+    int64_t len;
+    const lh_generate_params *p;
+    int n;
+    atomic_int *done;
+    int failures;
+} submitter;
+
+static void *submit_thread(void *arg)
+{
+    submitter *t = arg;
+    lh_err err = {0};
+    for (int i = 0; i < t->n; i++)
+        if (lh_scheduler_submit(t->s, t->prompt, t->len, t->p, 0, on_token, t->c, NULL, &err) !=
+            LH_OK)
+            t->failures++;
+    atomic_fetch_add(t->done, 1);
+    return NULL;
+}
+
+static void test_submit_from_threads(void)
+{
+    lh_engine *e = open_engine("llama-mha-f32", "paged", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    int32_t prompt[MAX_LEN], ref[MAX_NEW];
+    const int64_t len = make_prompt(3, prompt, lh_engine_vocab_size(e));
+    lh_generate_params p = params(e, false, 0);
+    CU_ASSERT_EQUAL_FATAL(alone(e, &p, prompt, len, ref), MAX_NEW);
+    lh_scheduler *s = NULL;
+    lh_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lh_scheduler_create(e, NULL, &s, &err), LH_OK);
+    collector *c = calloc(1, sizeof *c);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    c->first_id = 1; /* the first id a scheduler hands out */
+    atomic_int done;
+    atomic_init(&done, 0);
+    enum { THREADS = 4, EACH = 6 };
+    submitter t[THREADS];
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        t[i] = (submitter){.s = s, .c = c, .prompt = prompt, .len = len, .p = &p, .n = EACH,
+                           .done = &done};
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, submit_thread, &t[i]), 0);
+    }
+    for (int i = 0; i < 10000 && (atomic_load(&done) < THREADS || lh_scheduler_busy(s)); i++)
+        CU_ASSERT_EQUAL_FATAL(lh_scheduler_step(s, NULL, &err), LH_OK);
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        CU_ASSERT_EQUAL(t[i].failures, 0);
+    }
+    drain(s);
+    for (int i = 0; i < THREADS * EACH; i++) {
+        CU_ASSERT(c->out[i].ended && c->out[i].bad == 0);
+        CU_ASSERT_EQUAL(memcmp(c->out[i].tokens, ref, sizeof ref), 0);
+    }
+    free(c);
+    lh_scheduler_free(s);
+    lh_engine_close(e);
+}
+
+#define CHECK_MSG(err, needle)                                                                 \
+    do {                                                                                       \
+        bool found_ = strstr((err).msg, (needle)) != NULL;                                     \
+        if (!found_)                                                                           \
+            fprintf(stderr, "\nmessage '%s' lacks '%s'\n", (err).msg, (needle));               \
+        CU_ASSERT(found_);                                                                     \
+    } while (0)
+
+static void test_refusals(void)
+{
+    lh_engine *e = open_engine("llama-mha-f32", "paged", "64");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    lh_scheduler *s = NULL;
+    lh_err err = {0};
+    const lh_scheduler_options small = {.struct_size = sizeof small,
+                                        .max_num_batched_tokens = 8};
+    CU_ASSERT_EQUAL(lh_scheduler_create(e, &small, &s, &err), LH_E_USAGE);
+    CHECK_MSG(err, "max_num_batched_tokens 8");
+    CU_ASSERT_PTR_NULL(s);
+    CU_ASSERT_EQUAL(lh_scheduler_create(NULL, NULL, &s, &err), LH_E_USAGE);
+    CU_ASSERT_EQUAL_FATAL(lh_scheduler_create(e, NULL, &s, &err), LH_OK);
+    lh_generate_params p = params(e, false, 0);
+    int32_t prompt[70] = {0};
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, 0, &p, 0, on_token, NULL, NULL, &err),
+                    LH_E_USAGE);
+    CHECK_MSG(err, "empty prompt");
+    prompt[1] = (int32_t)lh_engine_vocab_size(e);
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, 2, &p, 0, on_token, NULL, NULL, &err),
+                    LH_E_USAGE);
+    CHECK_MSG(err, "outside the vocabulary");
+    prompt[1] = 0;
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, 60, &p, 0, on_token, NULL, NULL, &err),
+                    LH_E_USAGE);
+    CHECK_MSG(err, "max_seq_len 64");
+    /* a 32-token pool (2 blocks of 16) cannot hold 40 + 2 cached tokens */
+    p.max_new_tokens = 3;
+    lh_engine *small_pool = open_engine("llama-mha-f32", "paged", "32");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(small_pool);
+    lh_scheduler *s2 = NULL;
+    CU_ASSERT_EQUAL_FATAL(lh_scheduler_create(small_pool, NULL, &s2, &err), LH_OK);
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s2, prompt, 40, &p, 0, on_token, NULL, NULL, &err),
+                    LH_E_UNSUPPORTED);
+    CHECK_MSG(err, "needs 3 KV blocks of 16 tokens");
+    CHECK_MSG(err, "the whole pool has 2");
+    p.temperature = -1.0f;
+    p.do_sample = true;
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, 2, &p, 0, on_token, NULL, NULL, &err),
+                    LH_E_USAGE);
+    CHECK_MSG(err, "temperature");
+    CU_ASSERT_FALSE(lh_scheduler_busy(s));
+    lh_scheduler_free(s2);
+    lh_engine_close(small_pool);
+    lh_scheduler_free(s);
+    lh_engine_close(e);
+}
+
+/* Runs `n` requests on s (submitted at once) to their ends; returns the tokens the first step
+ * took from the prefix cache. */
+static int64_t run_all(lh_scheduler *s, collector *c, const int32_t *const *prompts,
+                       const int64_t *lens, int n, const lh_generate_params *p)
+{
+    lh_err err = {0};
+    for (int i = 0; i < n; i++) {
+        uint64_t id;
+        CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompts[i], lens[i], p, 0, on_token, c, &id,
+                                            &err), LH_OK);
+        if (i == 0)
+            c->first_id = id;
+    }
+    lh_scheduler_step_info info;
+    CU_ASSERT_EQUAL(lh_scheduler_step(s, &info, &err), LH_OK);
+    drain(s);
+    return info.cached;
+}
+
+static void test_prefix_caching(void)
+{
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/models/llama-mha-f32", lh_test_env("LH_FIXTURES"));
+    const char *ov[] = {"max_batch_size=4", "max_seq_len=256", NULL};
+    lh_engine_options eo = {.struct_size = sizeof eo, .model = dir, .overrides = ov};
+    lh_engine *e = NULL;
+    lh_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lh_engine_open(host, &eo, &e, &err), LH_OK);
+    /* a 150-token system prompt, then each request's own words */
+    enum { SYS = 150 };
+    int32_t a[SYS + 10], b[SYS + 7];
+    int32_t tail[40];
+    for (int i = 0; i < SYS; i++)
+        a[i] = b[i] = (int32_t)((i * 37 + 11) % lh_engine_vocab_size(e));
+    make_prompt(20, tail, lh_engine_vocab_size(e));
+    for (int i = 0; i < 10; i++)
+        a[SYS + i] = tail[i % 20];
+    for (int i = 0; i < 7; i++)
+        b[SYS + i] = tail[(i + 5) % 20] ^ 1;
+    const int32_t *pa[1] = {a}, *pb[1] = {b};
+    const int64_t la = SYS + 10, lb = SYS + 7;
+    lh_generate_params p = params(e, false, 0);
+    int32_t ref_a[MAX_NEW], ref_b[MAX_NEW];
+    CU_ASSERT_EQUAL_FATAL(alone(e, &p, a, la, ref_a), MAX_NEW);
+    CU_ASSERT_EQUAL_FATAL(alone(e, &p, b, lb, ref_b), MAX_NEW);
+    for (int mode = -1; mode <= 1; mode += 2) {
+        lh_scheduler *s = NULL;
+        const lh_scheduler_options so = {.struct_size = sizeof so, .prefix_caching = mode};
+        CU_ASSERT_EQUAL_FATAL(lh_scheduler_create(e, &so, &s, &err), LH_OK);
+        collector *c = calloc(1, sizeof *c);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+        CU_ASSERT_EQUAL(run_all(s, c, pa, &la, 1, &p), 0); /* cold */
+        CU_ASSERT_EQUAL(memcmp(c->out[0].tokens, ref_a, sizeof ref_a), 0);
+        memset(c, 0, sizeof *c);
+        /* the second prefills only what follows the system prompt's whole blocks (9 of 16:
+         * 144 tokens) when the cache is on; nothing is taken from it when off */
+        const int64_t cached = run_all(s, c, pb, &lb, 1, &p);
+        printf("\n    prefix caching %s: the second request took %lld of its %lld prompt tokens "
+               "from the cache", mode > 0 ? "on" : "off", (long long)cached, (long long)lb);
+        CU_ASSERT_EQUAL(cached, mode > 0 ? 144 : 0);
+        CU_ASSERT_EQUAL(memcmp(c->out[0].tokens, ref_b, sizeof ref_b), 0);
+        /* three identical prompts at once: none can hit the others (nothing is published
+         * before a step ends); then the same prompt again takes every whole block but the
+         * last token's */
+        memset(c, 0, sizeof *c);
+        const int32_t *same[3] = {a, a, a};
+        const int64_t ls[3] = {la, la, la};
+        run_all(s, c, same, ls, 3, &p);
+        for (int i = 0; i < 3; i++)
+            CU_ASSERT_EQUAL(memcmp(c->out[i].tokens, ref_a, sizeof ref_a), 0);
+        memset(c, 0, sizeof *c);
+        /* 160 prompt tokens: 9 whole blocks (144) leave at least the last token to compute */
+        CU_ASSERT_EQUAL(run_all(s, c, pa, &la, 1, &p), mode > 0 ? 144 : 0);
+        CU_ASSERT_EQUAL(memcmp(c->out[0].tokens, ref_a, sizeof ref_a), 0);
+        free(c);
+        lh_scheduler_free(s);
+    }
+    lh_engine_close(e);
+    /* a backend with its own KV cache has nothing to share */
+    lh_engine *v = open_engine("llama-mha-f32", "vanilla", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    lh_scheduler *s = NULL;
+    const lh_scheduler_options on = {.struct_size = sizeof on, .prefix_caching = 1};
+    CU_ASSERT_EQUAL(lh_scheduler_create(v, &on, &s, &err), LH_E_UNSUPPORTED);
+    CHECK_MSG(err, "keeps its own KV cache");
+    const lh_scheduler_options bad = {.struct_size = sizeof bad, .prefix_caching = 2};
+    CU_ASSERT_EQUAL(lh_scheduler_create(v, &bad, &s, &err), LH_E_USAGE);
+    CU_ASSERT_PTR_NULL(s);
+    lh_engine_close(v);
+}
+
+static int suite_init(void)
+{
+    return (host = rt_builtin_host()) ? 0 : 1;
+}
+
+static int suite_clean(void)
+{
+    lh_host_free(host);
+    return 0;
+}
+
+static CU_TestInfo tests[] = {
+    {"32 greedy requests, chunked and joining late, equal their runs alone",
+     test_greedy_equals_alone},
+    {"seeded sampled requests equal their runs alone", test_sampled_equals_alone},
+    {"a pool too small for everyone: preemption, no failure, the same tokens",
+     test_preemption},
+    {"stop ids, max_new_tokens 0, cancel queued and running", test_stop_cancel_and_zero},
+    {"submits from four threads while one steps", test_submit_from_threads},
+    {"refusals name what was asked and what exists", test_refusals},
+    {"prefix caching: a shared system prompt is prefilled once, tokens unchanged",
+     test_prefix_caching},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_SuiteInfo suites[] = {
+    {"continuous-batching scheduler", suite_init, suite_clean, NULL, NULL, tests},
+    CU_SUITE_INFO_NULL,
+};
+
+int main(int argc, char **argv)
+{
+    return lh_test_main(argc, argv, suites);
+}
