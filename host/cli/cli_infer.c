@@ -198,7 +198,7 @@ static bool run_on_step(void *user, int64_t step, const int64_t *seqs, const int
 static const char *stop_name(lh_stop_reason r)
 {
     return r == LH_STOP_EOS ? "eos" : r == LH_STOP_CANCELLED ? "interrupted"
-         : r == LH_STOP_CALLBACK ? "stop_string" : "length";
+         : r == LH_STOP_CALLBACK || r == LH_STOP_STRING ? "stop_string" : "length";
 }
 
 /* The output of `run -p`: the streamed text's end (one prompt), each prompt's text, or the

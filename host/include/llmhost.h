@@ -299,7 +299,8 @@ typedef enum lh_stop_reason {
     LH_STOP_EOS = 1,       /* the last generated token is one of stop_ids */
     LH_STOP_CANCELLED = 2, /* on_step returned false, or lh_engine_cancel was called, while
                             * the sequence was running */
-    LH_STOP_CALLBACK = 3   /* on_step set the sequence's finish flag (params.finish) */
+    LH_STOP_CALLBACK = 3,  /* on_step set the sequence's finish flag (params.finish) */
+    LH_STOP_STRING = 4     /* a scheduler request's stop string matched (lh_request) */
 } lh_stop_reason;
 
 /* Fills *out (out->struct_size must be at least sizeof(lh_generate_params); kept as given)
@@ -407,16 +408,34 @@ LH_EXPORT lh_status lh_scheduler_create(lh_engine *e, const lh_scheduler_options
                                         lh_scheduler **out, lh_err *err);
 /* Drops what is queued or running (no callbacks) and frees the scheduler. NULL: no-op. */
 LH_EXPORT void lh_scheduler_free(lh_scheduler *s);
-/* Queues a request: prompt[0..len) (copied), params as lh_engine_generate reads them
- * (sampling, seed, max_new_tokens, stop ids -- copied; seq_streams, on_step and finish are not
- * read), its random stream, the token callback fn (may be NULL) and its user pointer. *id
- * (may be NULL) receives the request's id, 1, 2, ... in submission order. Errors:
- * LH_E_USAGE (empty prompt, an id outside the vocabulary, parameters lh_engine_generate
- * refuses, prompt + max_new_tokens beyond max_seq_len), LH_E_UNSUPPORTED (more KV blocks than
- * the whole pool has, with both numbers), LH_E_NOMEM. [concurrent] */
-LH_EXPORT lh_status lh_scheduler_submit(lh_scheduler *s, const int32_t *prompt, int64_t len,
-                                        const lh_generate_params *params, uint64_t stream,
-                                        lh_token_fn fn, void *user, uint64_t *id, lh_err *err);
+/* One request. Everything is read during lh_scheduler_submit only (copied), except the
+ * tokenizer, which must outlive the request. */
+typedef struct lh_request {
+    uint32_t struct_size;             /* sizeof(lh_request) */
+    const int32_t *prompt;            /* prompt_len >= 1 ids inside the vocabulary */
+    int64_t prompt_len;
+    /* as lh_engine_generate reads them: sampling, seed, max_new_tokens, stop ids
+     * (seq_streams, on_step and finish are not read) */
+    const lh_generate_params *params;
+    uint64_t stream;                  /* the random stream: draws (seed, stream, k) */
+    /* Stop strings matched on the request's tokens as lh_stop_matcher matches them (the
+     * prompt is their context): the token that completes one is the request's last, and it
+     * ends with LH_STOP_STRING. n_stop_strings 0: none; otherwise tokenizer is needed. */
+    const char *const *stop_strings;
+    size_t n_stop_strings;
+    const struct lh_tokenizer *tokenizer; /* lh_tokenizer (below) */
+    lh_token_fn on_token;             /* may be NULL */
+    void *user;                       /* passed to on_token */
+} lh_request;
+
+/* Queues a request. *id (may be NULL) receives its id, 1, 2, ... in submission order.
+ * Errors: LH_E_USAGE (NULL request or a struct_size too small, empty prompt, an id outside
+ * the vocabulary, parameters lh_engine_generate refuses, prompt + max_new_tokens beyond
+ * max_seq_len, stop strings lh_stop_strings_check refuses or without a tokenizer),
+ * LH_E_UNSUPPORTED (more KV blocks than the whole pool has, with both numbers), LH_E_NOMEM.
+ * [concurrent] */
+LH_EXPORT lh_status lh_scheduler_submit(lh_scheduler *s, const lh_request *request,
+                                        uint64_t *id, lh_err *err);
 /* Ends request id at the next step with LH_STOP_CANCELLED (its callback: last true, token
  * -1); an id that ended or never existed is ignored. [concurrent] */
 LH_EXPORT void lh_scheduler_cancel(lh_scheduler *s, uint64_t id);

@@ -21,6 +21,7 @@ typedef struct req {
     bool plain_greedy;  /* argmax of the raw logits, as lh_generate takes it */
     uint64_t seed, stream;
     bool admitted;      /* took its slot in the step being planned */
+    lh_stop_matcher *stop_m; /* its stop strings (NULL: none) */
     lh_token_fn fn;
     void *user;
     struct req *next;   /* in the incoming or waiting list */
@@ -52,6 +53,7 @@ static void req_free(req *r)
         return;
     free(r->tok);
     free(r->stop_ids);
+    lh_stop_matcher_free(r->stop_m);
     free(r);
 }
 
@@ -211,17 +213,34 @@ static lh_status check_request(const lh_scheduler *s, const int32_t *prompt, int
     return LH_OK;
 }
 
-lh_status lh_scheduler_submit(lh_scheduler *s, const int32_t *prompt, int64_t len,
-                          const lh_generate_params *p, uint64_t stream, lh_token_fn fn,
-                          void *user, uint64_t *id, lh_err *err)
+lh_status lh_scheduler_submit(lh_scheduler *s, const lh_request *rq, uint64_t *id, lh_err *err)
 {
     if (id)
         *id = 0;
-    if (!s)
-        return lh_err_set(err, LH_E_USAGE, "submit: no scheduler");
+    if (!s || !rq || rq->struct_size < sizeof *rq)
+        return lh_err_set(err, LH_E_USAGE, "submit: %s", !s ? "no scheduler"
+                          : !rq ? "NULL request" : "request.struct_size is smaller than "
+                                                   "sizeof(lh_request)");
+    const int32_t *prompt = rq->prompt;
+    const int64_t len = rq->prompt_len;
+    const lh_generate_params *p = rq->params;
     lh_status st = check_request(s, prompt, len, p, err);
     if (st != LH_OK)
         return st;
+    lh_stop_matcher *m = NULL;
+    if (rq->n_stop_strings > 0) {
+        if (!rq->tokenizer)
+            return lh_err_set(err, LH_E_USAGE, "submit: %zu stop strings but no tokenizer to "
+                              "read the tokens with", rq->n_stop_strings);
+        st = lh_stop_matcher_create(rq->tokenizer, rq->stop_strings, rq->n_stop_strings, &m,
+                                    err);
+        if (st == LH_OK)
+            st = lh_stop_matcher_add_context(m, prompt, (size_t)len, err);
+        if (st != LH_OK) {
+            lh_stop_matcher_free(m);
+            return st;
+        }
+    }
     req *r = calloc(1, sizeof *r);
     if (r) {
         r->tok = malloc((size_t)(len + p->max_new_tokens) * sizeof *r->tok);
@@ -229,9 +248,11 @@ lh_status lh_scheduler_submit(lh_scheduler *s, const int32_t *prompt, int64_t le
     }
     if (!r || !r->tok || (p->n_stop_ids && !r->stop_ids)) {
         req_free(r);
+        lh_stop_matcher_free(m);
         return lh_err_set(err, LH_E_NOMEM, "submit: out of memory for a prompt of %lld tokens",
                           (long long)len);
     }
+    r->stop_m = m;
     memcpy(r->tok, prompt, (size_t)len * sizeof *r->tok);
     if (p->n_stop_ids)
         memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof *r->stop_ids);
@@ -245,9 +266,9 @@ lh_status lh_scheduler_submit(lh_scheduler *s, const int32_t *prompt, int64_t le
                                  .repetition_penalty = p->repetition_penalty};
     r->plain_greedy = r->kp.temperature == 0.0f && p->repetition_penalty == 1.0f;
     r->seed = p->seed;
-    r->stream = stream;
-    r->fn = fn;
-    r->user = user;
+    r->stream = rq->stream;
+    r->fn = rq->on_token;
+    r->user = rq->user;
     pthread_mutex_lock(&s->mu);
     r->id = s->next_id++;
     if (s->in_tail)
@@ -615,8 +636,14 @@ lh_status lh_scheduler_step(lh_scheduler *s, lh_scheduler_step_info *info, lh_er
             r->n_gen++;
             info->sampled++;
             const bool eos = is_stop(r, ids[j]), full = r->n_gen == r->max_new;
-            if (eos || full) {
-                finish(s, r, ids[j], eos ? LH_STOP_EOS : LH_STOP_LENGTH);
+            bool matched = false;
+            lh_err me = {0};
+            /* an id the matcher cannot take (out of memory) matches nothing */
+            if (r->stop_m && lh_stop_matcher_step(r->stop_m, ids[j], &matched, NULL, &me) != LH_OK)
+                matched = false;
+            if (eos || full || matched) {
+                finish(s, r, ids[j], eos ? LH_STOP_EOS : matched ? LH_STOP_STRING
+                                                                 : LH_STOP_LENGTH);
                 info->finished++;
             } else if (r->fn) {
                 r->fn(r->user, r->id, ids[j], false, LH_STOP_LENGTH);

@@ -20,6 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define CHECK_MSG(err, needle)                                                                 \
+    do {                                                                                       \
+        bool found_ = strstr((err).msg, (needle)) != NULL;                                     \
+        if (!found_)                                                                           \
+            fprintf(stderr, "\nmessage '%s' lacks '%s'\n", (err).msg, (needle));               \
+        CU_ASSERT(found_);                                                                     \
+    } while (0)
+
 #define N_REQ 32
 #define MAX_NEW 12
 #define MAX_LEN 48
@@ -60,6 +68,15 @@ static void on_token(void *user, uint64_t id, int32_t token, bool last, lh_stop_
         o->why = why;
         o->last_token = token;
     }
+}
+
+/* lh_scheduler_submit of a request with these fields, stream 0, the collector's callback. */
+static lh_status submit(lh_scheduler *s, const int32_t *prompt, int64_t len,
+                        const lh_generate_params *p, void *user, uint64_t *id, lh_err *err)
+{
+    const lh_request r = {.struct_size = sizeof r, .prompt = prompt, .prompt_len = len,
+                          .params = p, .on_token = on_token, .user = user};
+    return lh_scheduler_submit(s, &r, id, err);
 }
 
 static lh_engine *open_engine(const char *fixture, const char *backend, const char *kv_tokens)
@@ -153,8 +170,8 @@ static int64_t check_against_alone(lh_engine *e, bool sample, int64_t budget, co
         int want = submitted == 0 ? 10 : (steps % 3 == 0 ? 4 : 0);
         for (int k = 0; k < want && submitted < N_REQ; k++, submitted++) {
             uint64_t id = 0;
-            CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt[submitted], len[submitted],
-                                                &p[submitted], 0, on_token, c, &id, &err),
+            CU_ASSERT_EQUAL(submit(s, prompt[submitted], len[submitted],
+                                                &p[submitted], c, &id, &err),
                             LH_OK);
             if (submitted == 0)
                 c->first_id = id;
@@ -256,13 +273,13 @@ static void test_stop_cancel_and_zero(void)
     ps.n_stop_ids = 1;
     pz.max_new_tokens = 0;
     uint64_t id[5];
-    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, len, &ps, 0, on_token, c, &id[0], &err), LH_OK);
+    CU_ASSERT_EQUAL(submit(s, prompt, len, &ps, c, &id[0], &err), LH_OK);
     c->first_id = id[0];
-    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, len, &pz, 0, on_token, c, &id[1], &err), LH_OK);
-    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, len, &p, 0, on_token, c, &id[2], &err), LH_OK);
+    CU_ASSERT_EQUAL(submit(s, prompt, len, &pz, c, &id[1], &err), LH_OK);
+    CU_ASSERT_EQUAL(submit(s, prompt, len, &p, c, &id[2], &err), LH_OK);
     lh_scheduler_cancel(s, id[2]);
-    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, len, &p, 0, on_token, c, &id[3], &err), LH_OK);
-    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, len, &p, 0, on_token, c, &id[4], &err), LH_OK);
+    CU_ASSERT_EQUAL(submit(s, prompt, len, &p, c, &id[3], &err), LH_OK);
+    CU_ASSERT_EQUAL(submit(s, prompt, len, &p, c, &id[4], &err), LH_OK);
     CU_ASSERT_EQUAL_FATAL(lh_scheduler_step(s, NULL, &err), LH_OK); /* the prefills */
     CU_ASSERT_EQUAL(c->out[3].n, 1);
     lh_scheduler_cancel(s, id[3]);
@@ -288,6 +305,89 @@ static void test_stop_cancel_and_zero(void)
     lh_engine_close(e);
 }
 
+/* Stop strings: the request ends with the token that completes one (LH_STOP_STRING), as
+ * lh_stop_matcher says over its prompt and tokens; the others are not affected. */
+static void test_stop_strings(void)
+{
+    lh_engine *e = open_engine("llama-mha-f32", "paged", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tokenizers/bpe_gpt2.json", lh_test_env("LH_FIXTURES"));
+    lh_tokenizer *tok = NULL;
+    lh_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lh_tokenizer_load(path, &tok, &err), LH_OK);
+    int32_t prompt[MAX_LEN], ref[MAX_NEW];
+    const int64_t len = make_prompt(7, prompt, lh_engine_vocab_size(e));
+    lh_generate_params p = params(e, false, 0);
+    CU_ASSERT_EQUAL_FATAL(alone(e, &p, prompt, len, ref), MAX_NEW);
+    /* the stop string: what the first new token from the third on that reads as printable
+     * ASCII reads as (a lone byte of a multi-byte character decodes to U+FFFD instead) */
+    char *text = NULL;
+    size_t tlen = 0;
+    int64_t at = -1;
+    for (int64_t k = 2; k < MAX_NEW && at < 0; k++) {
+        free(text);
+        text = NULL;
+        CU_ASSERT_EQUAL_FATAL(lh_tokenizer_decode(tok, &ref[k], 1, false, &text, &tlen, &err),
+                              LH_OK);
+        bool ascii = tlen > 0;
+        for (size_t i = 0; i < tlen; i++)
+            ascii = ascii && text[i] > ' ' && text[i] < 127;
+        if (ascii)
+            at = k;
+    }
+    CU_ASSERT_FATAL(at >= 0);
+    const char *stops[1] = {text};
+    /* where the matcher itself ends the sequence */
+    lh_stop_matcher *m = NULL;
+    CU_ASSERT_EQUAL_FATAL(lh_stop_matcher_create(tok, stops, 1, &m, &err), LH_OK);
+    CU_ASSERT_EQUAL(lh_stop_matcher_add_context(m, prompt, (size_t)len, &err), LH_OK);
+    int64_t want = -1;
+    for (int64_t k = 0; k < MAX_NEW && want < 0; k++) {
+        bool hit = false;
+        CU_ASSERT_EQUAL(lh_stop_matcher_step(m, ref[k], &hit, NULL, &err), LH_OK);
+        if (hit)
+            want = k + 1;
+    }
+    lh_stop_matcher_free(m);
+    CU_ASSERT_FATAL(want > 0 && want <= at + 1);
+    lh_scheduler *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(lh_scheduler_create(e, NULL, &s, &err), LH_OK);
+    collector *c = calloc(1, sizeof *c);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    const lh_request with = {.struct_size = sizeof with, .prompt = prompt, .prompt_len = len,
+                             .params = &p, .stop_strings = stops, .n_stop_strings = 1,
+                             .tokenizer = tok, .on_token = on_token, .user = c};
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, &with, &c->first_id, &err), LH_OK);
+    CU_ASSERT_EQUAL(submit(s, prompt, len, &p, c, NULL, &err), LH_OK); /* no stop strings */
+    drain(s);
+    CU_ASSERT_EQUAL(c->out[0].why, LH_STOP_STRING);
+    CU_ASSERT_EQUAL(c->out[0].n, want);
+    CU_ASSERT_EQUAL(memcmp(c->out[0].tokens, ref, (size_t)want * sizeof(int32_t)), 0);
+    CU_ASSERT_EQUAL(c->out[1].why, LH_STOP_LENGTH);
+    CU_ASSERT_EQUAL(memcmp(c->out[1].tokens, ref, sizeof ref), 0);
+    /* refused: stop strings without a tokenizer, an empty one */
+    lh_request bad = with;
+    bad.tokenizer = NULL;
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, &bad, NULL, &err), LH_E_USAGE);
+    CHECK_MSG(err, "no tokenizer");
+    const char *empty[1] = {""};
+    bad = with;
+    bad.stop_strings = empty;
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, &bad, NULL, &err), LH_E_USAGE);
+    CHECK_MSG(err, "stop string 0 is empty");
+    bad = with;
+    bad.struct_size = 8;
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, &bad, NULL, &err), LH_E_USAGE);
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, NULL, NULL, &err), LH_E_USAGE);
+    CU_ASSERT_FALSE(lh_scheduler_busy(s));
+    free(text);
+    free(c);
+    lh_scheduler_free(s);
+    lh_tokenizer_free(tok);
+    lh_engine_close(e);
+}
+
 typedef struct submitter {
     lh_scheduler *s;
     collector *c;
@@ -304,7 +404,7 @@ static void *submit_thread(void *arg)
     submitter *t = arg;
     lh_err err = {0};
     for (int i = 0; i < t->n; i++)
-        if (lh_scheduler_submit(t->s, t->prompt, t->len, t->p, 0, on_token, t->c, NULL, &err) !=
+        if (submit(t->s, t->prompt, t->len, t->p, t->c, NULL, &err) !=
             LH_OK)
             t->failures++;
     atomic_fetch_add(t->done, 1);
@@ -351,13 +451,6 @@ static void test_submit_from_threads(void)
     lh_engine_close(e);
 }
 
-#define CHECK_MSG(err, needle)                                                                 \
-    do {                                                                                       \
-        bool found_ = strstr((err).msg, (needle)) != NULL;                                     \
-        if (!found_)                                                                           \
-            fprintf(stderr, "\nmessage '%s' lacks '%s'\n", (err).msg, (needle));               \
-        CU_ASSERT(found_);                                                                     \
-    } while (0)
 
 static void test_refusals(void)
 {
@@ -374,15 +467,15 @@ static void test_refusals(void)
     CU_ASSERT_EQUAL_FATAL(lh_scheduler_create(e, NULL, &s, &err), LH_OK);
     lh_generate_params p = params(e, false, 0);
     int32_t prompt[70] = {0};
-    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, 0, &p, 0, on_token, NULL, NULL, &err),
+    CU_ASSERT_EQUAL(submit(s, prompt, 0, &p, NULL, NULL, &err),
                     LH_E_USAGE);
     CHECK_MSG(err, "empty prompt");
     prompt[1] = (int32_t)lh_engine_vocab_size(e);
-    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, 2, &p, 0, on_token, NULL, NULL, &err),
+    CU_ASSERT_EQUAL(submit(s, prompt, 2, &p, NULL, NULL, &err),
                     LH_E_USAGE);
     CHECK_MSG(err, "outside the vocabulary");
     prompt[1] = 0;
-    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, 60, &p, 0, on_token, NULL, NULL, &err),
+    CU_ASSERT_EQUAL(submit(s, prompt, 60, &p, NULL, NULL, &err),
                     LH_E_USAGE);
     CHECK_MSG(err, "max_seq_len 64");
     /* a 32-token pool (2 blocks of 16) cannot hold 40 + 2 cached tokens */
@@ -391,13 +484,13 @@ static void test_refusals(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(small_pool);
     lh_scheduler *s2 = NULL;
     CU_ASSERT_EQUAL_FATAL(lh_scheduler_create(small_pool, NULL, &s2, &err), LH_OK);
-    CU_ASSERT_EQUAL(lh_scheduler_submit(s2, prompt, 40, &p, 0, on_token, NULL, NULL, &err),
+    CU_ASSERT_EQUAL(submit(s2, prompt, 40, &p, NULL, NULL, &err),
                     LH_E_UNSUPPORTED);
     CHECK_MSG(err, "needs 3 KV blocks of 16 tokens");
     CHECK_MSG(err, "the whole pool has 2");
     p.temperature = -1.0f;
     p.do_sample = true;
-    CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompt, 2, &p, 0, on_token, NULL, NULL, &err),
+    CU_ASSERT_EQUAL(submit(s, prompt, 2, &p, NULL, NULL, &err),
                     LH_E_USAGE);
     CHECK_MSG(err, "temperature");
     CU_ASSERT_FALSE(lh_scheduler_busy(s));
@@ -415,7 +508,7 @@ static int64_t run_all(lh_scheduler *s, collector *c, const int32_t *const *prom
     lh_err err = {0};
     for (int i = 0; i < n; i++) {
         uint64_t id;
-        CU_ASSERT_EQUAL(lh_scheduler_submit(s, prompts[i], lens[i], p, 0, on_token, c, &id,
+        CU_ASSERT_EQUAL(submit(s, prompts[i], lens[i], p, c, &id,
                                             &err), LH_OK);
         if (i == 0)
             c->first_id = id;
@@ -516,6 +609,7 @@ static CU_TestInfo tests[] = {
     {"a pool too small for everyone: preemption, no failure, the same tokens",
      test_preemption},
     {"stop ids, max_new_tokens 0, cancel queued and running", test_stop_cancel_and_zero},
+    {"stop strings end a request with the token that completes one", test_stop_strings},
     {"submits from four threads while one steps", test_submit_from_threads},
     {"refusals name what was asked and what exists", test_refusals},
     {"prefix caching: a shared system prompt is prefilled once, tokens unchanged",
