@@ -119,6 +119,7 @@ static const char *stop_name(lh_stop_reason r)
     case LH_STOP_EOS: return "eos";
     case LH_STOP_CANCELLED: return "cancelled";
     case LH_STOP_CALLBACK: return "callback";
+    case LH_STOP_STRING: return "stop_string";
     }
     return "?";
 }

@@ -361,10 +361,13 @@ LH_EXPORT void lh_engine_cancel(lh_engine *e);
  * gives alone (as far as the kernels compute a row the same way in any batch: the CPU kernels
  * do with f32 weights; bf16 weights on AMX take bf16 tiles for steps of 16 rows or more unless
  * bf16_matmul is exact).
+ * Models whose RoPE depends on the sequence length (dynamic scaling, longrope) are refused:
+ * a chunked prompt would rotate its keys with other tables than a one-shot prefill.
  * Threads and ownership: submit, cancel and busy may be called from any thread; step from one
- * thread at a time, and never while the engine runs lh_engine_generate* or lh_engine_logits
- * (the scheduler uses the engine's sequence slots); the token callback runs on the stepping
- * thread, inside step, and must not call step. The engine must outlive the scheduler. */
+ * thread at a time; the token callback runs on the stepping thread, inside step, and must not
+ * call step. A scheduler owns the engine's sequence slots while it lives: lh_engine_generate*,
+ * lh_engine_logits and a second scheduler on that engine are LH_E_USAGE until it is freed.
+ * The engine must outlive the scheduler. */
 typedef struct lh_scheduler lh_scheduler;
 
 typedef struct lh_scheduler_options {
@@ -401,9 +404,10 @@ typedef struct lh_scheduler_step_info {
 
 /* A scheduler over engine e (options may be NULL: the defaults). *out is the caller's
  * (lh_scheduler_free). Errors: LH_E_USAGE (NULL engine or out, a struct_size too small, a
- * budget outside [max_batch_size, 2^24], naming both; prefix_caching outside -1..1),
- * LH_E_UNSUPPORTED (prefix_caching 1 where the model does not allow it, saying why),
- * LH_E_NOMEM. */
+ * budget outside [max_batch_size, 2^24], naming both; prefix_caching outside -1..1; another
+ * scheduler holds the engine's slots), LH_E_UNSUPPORTED (RoPE that depends on the sequence
+ * length; prefix_caching 1 where the model does not allow it; each saying why), LH_E_NOMEM.
+ * A failed create changes nothing. */
 LH_EXPORT lh_status lh_scheduler_create(lh_engine *e, const lh_scheduler_options *options,
                                         lh_scheduler **out, lh_err *err);
 /* Drops what is queued or running (no callbacks) and frees the scheduler. NULL: no-op. */

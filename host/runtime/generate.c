@@ -257,6 +257,9 @@ lh_status lh_generate_cancellable(lh_runner *d, lh_kctx *kctx, const lh_generate
     lh_status st0 = check_params(kctx, p, err);
     if (st0 != LH_OK)
         return st0;
+    if (lh_runner_slots_claimed(d)) /* it would take (and release) a scheduler's slots */
+        return lh_err_set(err, LH_E_USAGE, "generate: a scheduler holds the engine's sequence "
+                          "slots (lh_scheduler_free it first)");
     const int64_t max_new = p->max_new_tokens;
     if (n_seqs <= 0)
         return lh_err_set(err, LH_E_USAGE, "generate: %lld sequences, %lld new tokens",
@@ -489,6 +492,9 @@ lh_status lh_sequence_logits(lh_runner *d, lh_kctx *kctx, const int32_t *tokens,
 {
     if (n <= 0)
         return lh_err_set(err, LH_E_USAGE, "logits: empty token list");
+    if (lh_runner_slots_claimed(d))
+        return lh_err_set(err, LH_E_USAGE, "logits: a scheduler holds the engine's sequence "
+                          "slots (lh_scheduler_free it first)");
     lh_status st = check_tokens(d, tokens, n, 0, err);
     if (st == LH_OK && n <= lh_runner_max_seq_len(d))
         st = check_pool(d, &n, 1, 0, err);

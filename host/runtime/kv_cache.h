@@ -101,7 +101,10 @@ int64_t lh_kv_cache_free_blocks(const lh_kv_cache *c);
  * slots, and kept when their last holder releases them until a block is needed (the one
  * released longest ago goes first): lh_kv_cache_free_blocks counts them as free. A block is
  * published only once it is full and written, and never written again (a slot writes past
- * what it holds), so a hit reads what a cold run would have written. */
+ * what it holds), so a hit reads what a cold run would have written -- bit for bit with
+ * f32/bf16/f16 KV; an fp8 block's scale grows with the writes that filled it, so one filled
+ * over several steps may hold other codes than a one-shot prefill's (within the fp8 write
+ * bound of lh_k_paged_kv_write). */
 typedef struct lh_kv_prefix_stats {
     int64_t lookups;          /* attach calls */
     int64_t hit_blocks, hit_tokens;

@@ -383,7 +383,9 @@ static lh_status init_attention(lh_runner *r, const lh_model *m, const lh_attn_r
             .kv_dtype = kv->k_dtype == LH_DTYPE_INVALID ? LH_DTYPE_F32 : kv->k_dtype,
             .kv_layout = kv->layout,
             .kv_max_tokens = kv->max_tokens,
-            .kv_v_dtype = kv->v_dtype == LH_DTYPE_INVALID ? LH_DTYPE_F32 : kv->v_dtype,
+            /* an MLA layer's latent serves as keys and values: one dtype (the plan's) */
+            .kv_v_dtype = s->mla ? (kv->k_dtype == LH_DTYPE_INVALID ? LH_DTYPE_F32 : kv->k_dtype)
+                                 : kv->v_dtype == LH_DTYPE_INVALID ? LH_DTYPE_F32 : kv->v_dtype,
             .sparse_top_k = attn->sparse_top_k,
             .sparse_local_blocks = attn->sparse_local_blocks,
             /* a layer without RoPE has nothing to fuse */
@@ -425,9 +427,32 @@ const char *lh_prefix_refusal(bool own_kv, const char *rope_kind)
 const char *lh_runner_prefix_refusal(const lh_runner *r)
 {
     const char *why = lh_prefix_refusal(!r || !r->kv, NULL);
+    return why ? why : lh_runner_rope_refusal(r);
+}
+
+const char *lh_runner_rope_refusal(const lh_runner *r)
+{
+    const char *why = NULL;
     for (int64_t i = 0; r && !why && i < r->n_ropes; i++)
         why = lh_prefix_refusal(false, r->ropes[i].scaling.kind);
     return why;
+}
+
+bool lh_runner_claim_slots(lh_runner *r)
+{
+    bool expected = false;
+    return r && atomic_compare_exchange_strong(&r->slots_claimed, &expected, true);
+}
+
+void lh_runner_unclaim_slots(lh_runner *r)
+{
+    if (r)
+        atomic_store(&r->slots_claimed, false);
+}
+
+bool lh_runner_slots_claimed(const lh_runner *r)
+{
+    return r && atomic_load(&((lh_runner *)r)->slots_claimed);
 }
 
 int64_t lh_runner_rope_switch_len(const lh_runner *r)
@@ -547,6 +572,7 @@ lh_status lh_runner_create(const lh_model *m, const lh_model_provider *prov,
     lh_runner *r = calloc(1, sizeof *r);
     if (!r)
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    atomic_init(&r->slots_claimed, false);
     r->arch = prov->name;
     r->ops = prov->ops;
     r->kctx = kctx;

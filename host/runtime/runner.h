@@ -83,6 +83,14 @@ int64_t lh_runner_rope_switch_len(const lh_runner *r);
  * both come from here; lh_runner_prefix_refusal applies it to a runner's layers. */
 const char *lh_prefix_refusal(bool own_kv, const char *rope_kind);
 const char *lh_runner_prefix_refusal(const lh_runner *r);
+/* The RoPE part of that rule alone (dynamic RoPE, longrope), or NULL. */
+const char *lh_runner_rope_refusal(const lh_runner *r);
+/* The sequence slots belong to one owner at a time: a scheduler claims them (false when one
+ * already holds them), and lh_generate* / lh_sequence_logits refuse while they are claimed.
+ * [concurrent] */
+bool lh_runner_claim_slots(lh_runner *r);
+void lh_runner_unclaim_slots(lh_runner *r);
+bool lh_runner_slots_claimed(const lh_runner *r);
 
 /* One forward step over step->n_tokens packed tokens. For each of the n_out rows listed in
  * out_rows (token indices into the batch) the logits [vocab] are written to

@@ -186,8 +186,11 @@ const lh_weight *lh_runner_weight_rows(lh_bind *bd, const lh_weight *w, int64_t 
     const int64_t rows = t->ndim >= 1 ? t->shape[0] : 0;
     const int64_t bits = lh_k_dtype_bits(t->dtype);
     if (t->ndim < 1 || t->ndim > 2 || bits % 8 != 0 || bits == 0) {
-        lh_runner_bind_fail(bd, LH_E_USAGE, "weight_rows: %s must be a plain 1-D or 2-D weight "
-                            "(a quantized or %d-D one has no row view)", w->name, t->ndim);
+        lh_runner_bind_fail(bd, LH_E_USAGE, "weight_rows: %s (%s, %d-D) has no row view: it "
+                            "must be a 1-D or 2-D weight of whole bytes per element (not a "
+                            "block-quantized or int4 one)", w->name,
+                            lh_k_dtype_name(t->dtype) ? lh_k_dtype_name(t->dtype) : "?",
+                            t->ndim);
         return NULL;
     }
     if (w->scale.data && (start % w->block_rows != 0 ||

@@ -5,6 +5,8 @@
 
 #include "runner.h"
 
+#include <stdatomic.h>
+
 #include <stdarg.h>
 
 /* A parameter of the tree as the forward blocks read it: a tensor on the runner's device. */
@@ -100,6 +102,8 @@ struct lh_runner {
     lh_weight **views;
     int64_t n_views;
     int64_t weight_bytes;
+    /* a scheduler holds the sequence slots (lh_runner_claim_slots) */
+    atomic_bool slots_claimed;
     /* CUDA graphs, one per decode batch size (index n_seqs - 1), created on first use */
     bool graphs;
     lh_k_graph **graph; /* [max_seqs] */

@@ -30,6 +30,7 @@ typedef struct req {
 struct lh_scheduler {
     lh_runner *d;
     lh_kctx *kctx;
+    bool prefix; /* prefix caching asked for and possible (the pool keeps it for others) */
     int64_t budget, slots;
     /* shared with submitters and cancellers */
     pthread_mutex_t mu;
@@ -66,15 +67,16 @@ lh_status lh_scheduler_create_on(lh_runner *d, lh_kctx *kctx, int64_t token_budg
     if (prefix_caching < -1 || prefix_caching > 1)
         return lh_err_set(err, LH_E_USAGE, "scheduler: prefix_caching %d is not -1 (off), 0 "
                           "(where possible) or 1 (on)", prefix_caching);
+    /* a prompt chunked (or a preempted request recomputed) would rotate its keys with the
+     * tables of several lengths, where a one-shot run uses the final length's */
+    const char *rope_len = lh_runner_rope_refusal(d);
+    if (rope_len)
+        return lh_err_set(err, LH_E_UNSUPPORTED, "scheduler: %s; chunked prefill would rotate "
+                          "a prompt's keys with other tables than a one-shot prefill (use "
+                          "lh_engine_generate)", rope_len);
     const char *no_prefix = lh_runner_prefix_refusal(d);
     if (prefix_caching == 1 && no_prefix)
         return lh_err_set(err, LH_E_UNSUPPORTED, "scheduler: prefix caching: %s", no_prefix);
-    if (prefix_caching >= 0 && !no_prefix) {
-        lh_kv_cache *kv = (lh_kv_cache *)lh_runner_kv(d);
-        lh_status st = lh_kv_cache_prefix_on(kv) ? LH_OK : lh_kv_cache_enable_prefix(kv, err);
-        if (st != LH_OK)
-            return st;
-    }
     const int64_t slots = lh_runner_max_seqs(d);
     if (token_budget == 0)
         token_budget = slots * 64 > 512 ? slots * 64 : 512;
@@ -82,11 +84,26 @@ lh_status lh_scheduler_create_on(lh_runner *d, lh_kctx *kctx, int64_t token_budg
         return lh_err_set(err, LH_E_USAGE, "scheduler: max_num_batched_tokens %lld must be in "
                           "[max_batch_size %lld, %d] (every decoding request takes one token "
                           "of a step)", (long long)token_budget, (long long)slots, 1 << 24);
+    if (!lh_runner_claim_slots(d))
+        return lh_err_set(err, LH_E_USAGE, "scheduler: the engine's sequence slots belong to "
+                          "another scheduler (lh_scheduler_free it first)");
+    const bool prefix = prefix_caching >= 0 && !no_prefix;
+    if (prefix) {
+        lh_kv_cache *kv = (lh_kv_cache *)lh_runner_kv(d);
+        lh_status st = lh_kv_cache_prefix_on(kv) ? LH_OK : lh_kv_cache_enable_prefix(kv, err);
+        if (st != LH_OK) {
+            lh_runner_unclaim_slots(d);
+            return st;
+        }
+    }
     lh_scheduler *s = calloc(1, sizeof *s);
-    if (!s)
+    if (!s) {
+        lh_runner_unclaim_slots(d);
         return lh_err_set(err, LH_E_NOMEM, "out of memory");
+    }
     s->d = d;
     s->kctx = kctx;
+    s->prefix = prefix;
     s->budget = token_budget;
     s->slots = slots;
     s->next_id = 1;
@@ -120,6 +137,7 @@ lh_status lh_scheduler_create_on(lh_runner *d, lh_kctx *kctx, int64_t token_budg
         free(s->tokens);
         free(s->positions);
         free(s);
+        lh_runner_unclaim_slots(d);
         return lh_err_set(err, LH_E_NOMEM, "out of memory for a scheduler of %lld slots",
                           (long long)slots);
     }
@@ -144,6 +162,7 @@ void lh_scheduler_free(lh_scheduler *s)
             lh_runner_release(s->d, i);
             req_free(s->running[i]);
         }
+    lh_runner_unclaim_slots(s->d);
     pthread_mutex_destroy(&s->mu);
     free(s->cancels);
     free(s->running);
@@ -194,12 +213,13 @@ static lh_status check_request(const lh_scheduler *s, const int32_t *prompt, int
         const char *colon = strstr(m, ": ");
         return lh_err_set(err, LH_E_USAGE, "submit: %s", colon ? colon + 2 : m);
     }
-    /* the last new token is never fed, so it needs no cache */
-    const int64_t need = len + p->max_new_tokens - (p->max_new_tokens > 0);
+    /* the last new token is never fed, so it needs no cache; compared without forming
+     * len + max_new_tokens, which could overflow */
     if (p->max_new_tokens - (p->max_new_tokens > 0) > lh_runner_max_seq_len(s->d) - len)
         return lh_err_set(err, LH_E_USAGE, "submit: a prompt of %lld tokens + %lld new (the last "
                           "one is not cached) is more than max_seq_len %lld", (long long)len,
                           (long long)p->max_new_tokens, (long long)lh_runner_max_seq_len(s->d));
+    const int64_t need = len + p->max_new_tokens - (p->max_new_tokens > 0);
     const lh_kv_cache *kv = lh_runner_kv(s->d);
     if (kv) {
         const lh_kv_plan *pl = lh_kv_cache_plan(kv);
@@ -434,21 +454,11 @@ static lh_status plan(lh_scheduler *s, int64_t *n_out, int64_t *preempted, int64
                       lh_err *err)
 {
     int64_t n = 0, used = 0;
-    const int64_t rope_switch = lh_runner_rope_switch_len(s->d);
     /* 1. one token for each request that is decoding */
     for (int64_t i = 0; i < s->slots; i++) {
         req *r = s->running[i];
-        if (!r || r->n_tok - r->computed != 1)
-            continue;
-        if (rope_switch > 0 && r->computed == rope_switch) {
-            /* the new token takes it past a RoPE table switch: its cached keys were rotated
-             * with the other table, so it is computed again from its first token (as
-             * transformers' Phi-3 drops its cache there) */
-            lh_runner_release(s->d, i);
-            r->computed = 0;
-            continue;
-        }
-        plan_add(s, &n, &used, r, 1);
+        if (r && r->n_tok - r->computed == 1)
+            plan_add(s, &n, &used, r, 1);
     }
     const int64_t n_decodes = n;
     /* 2. prompts (and recomputes) under way, the oldest first; then new ones as slots allow */
@@ -483,9 +493,10 @@ static lh_status plan(lh_scheduler *s, int64_t *n_out, int64_t *preempted, int64
         r->admitted = true;
         s->running[free_slot] = r;
         /* the longest prefix of whole cached blocks comes from the cache (0 when off) */
-        const int64_t hit =
-            lh_kv_cache_attach_prefix((lh_kv_cache *)lh_runner_kv(s->d), free_slot, r->tok,
-                                      r->n_tok);
+        const int64_t hit = s->prefix ? lh_kv_cache_attach_prefix(
+                                            (lh_kv_cache *)lh_runner_kv(s->d), free_slot,
+                                            r->tok, r->n_tok)
+                                      : 0;
         r->computed = hit;
         *cached += hit;
         const int64_t left = r->n_tok - r->computed;
@@ -628,7 +639,8 @@ lh_status lh_scheduler_step(lh_scheduler *s, lh_scheduler_step_info *info, lh_er
         for (int64_t k = 0; k < n; k++) { /* what is written is whole blocks to share */
             req *r = s->sched[k];
             r->computed += s->chunk[k];
-            lh_kv_cache_publish(kv, r->slot, r->tok, r->computed);
+            if (s->prefix)
+                lh_kv_cache_publish(kv, r->slot, r->tok, r->computed);
         }
         for (int64_t j = 0; j < n_out; j++) {
             req *r = s->sched[s->out_of[j]];

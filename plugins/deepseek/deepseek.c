@@ -23,6 +23,7 @@
  * tree: its weights, when a checkpoint has them, are reported as unexpected. The correction
  * bias is a buffer of the router (transformers counts it as no parameter; neither does
  * explain). */
+#include "lh_kernels.h"
 #include "lh_plugin.h"
 
 #include <inttypes.h>
@@ -257,7 +258,7 @@ static lh_status construct_v3(const lh_host_api *api, lh_build *b, const lh_mode
 typedef struct ds_layer {
     const lh_weight *in_norm, *post_norm;
     const lh_weight *q, *q_a, *q_a_b, *q_a_norm, *q_b;      /* q, or q_a (+ bias), norm, q_b */
-    const lh_weight *kv_c, *kv_c_b, *k_rope, *k_rope_b;     /* rows of kv_a_proj_with_mqa */
+    const lh_weight *kv_a, *kv_a_b;                         /* kv_a_proj_with_mqa */
     const lh_weight *kv_norm, *kv_b, *o, *o_b;
     const lh_weight *gate, *up, *down;                      /* dense layers */
     const lh_moe_ref *moe;                                  /* sparse layers */
@@ -318,15 +319,10 @@ static lh_status bind(const lh_host_api *api, lh_bind *bd, const lh_model_config
         } else {
             L->q = api->weight(bd, p, i, "self_attn.q_proj.weight");
         }
-        /* the compressed KV and the rope key as two projections: views of the fused rows */
-        const lh_weight *kva = api->weight(bd, p, i, "self_attn.kv_a_proj_with_mqa.weight");
-        const lh_weight *kvab = api->weight_opt(bd, p, i, "self_attn.kv_a_proj_with_mqa.bias");
-        L->kv_c = api->weight_rows(bd, kva, 0, m->lora);
-        L->k_rope = api->weight_rows(bd, kva, m->lora, m->rope);
-        if (kvab) {
-            L->kv_c_b = api->weight_rows(bd, kvab, 0, m->lora);
-            L->k_rope_b = api->weight_rows(bd, kvab, m->lora, m->rope);
-        }
+        /* one projection, split after it: a quantized weight (int4, GGUF blocks) has no row
+         * views to split it before */
+        L->kv_a = api->weight(bd, p, i, "self_attn.kv_a_proj_with_mqa.weight");
+        L->kv_a_b = api->weight_opt(bd, p, i, "self_attn.kv_a_proj_with_mqa.bias");
         L->kv_norm = api->weight(bd, p, i, "self_attn.kv_a_layernorm.weight");
         L->kv_b = api->weight(bd, p, i, "self_attn.kv_b_proj.weight");
         L->o = api->weight(bd, p, i, "self_attn.o_proj.weight");
@@ -347,13 +343,14 @@ static lh_status bind(const lh_host_api *api, lh_bind *bd, const lh_model_config
     }
     info->vocab_size = g->vocab_size;
     /* resid, h, proj [hidden]; q_a [q_lora, or 1 unused column without query compression];
-     * q [heads x qk]; kv_c [lora]; k_rope [rope]; attn [heads x v]; gate, up [inter] */
+     * q [heads x qk]; kv_a [lora + rope], split into kv_c [lora] and k_rope [rope];
+     * attn [heads x v]; gate, up [inter] */
     info->scratch_bytes_per_token =
         (int64_t)sizeof(float) * (3 * m->hidden + (m->q_lora > 0 ? m->q_lora : 1) +
-                                  m->heads * m->qk + m->lora + m->rope + m->heads * m->vd +
-                                  2 * m->inter);
+                                  m->heads * m->qk + 2 * (m->lora + m->rope) +
+                                  m->heads * m->vd + 2 * m->inter);
     info->scratch_bytes_per_row = (int64_t)sizeof(float) * m->hidden;
-    info->scratch_requests = 10;
+    info->scratch_requests = 11;
     *model = m;
     return LH_OK;
 }
@@ -370,6 +367,27 @@ static lh_status bind_v3(const lh_host_api *api, lh_bind *bd, const lh_model_con
     return bind(api, bd, cfg, &v3, model, info);
 }
 
+/* kv_a [T, lora + rope] into the compressed KV [T, lora] and the rope key [T, rope]. */
+static void split_kv_a(const lh_host_api *api, lh_fwd *f, const ds_model *m,
+                       const lh_tensor *kva, lh_tensor *kvc, lh_tensor *kr)
+{
+    if (api->fwd_status(f) != LH_OK)
+        return;
+    const int64_t T = kva->shape[0], w = m->lora + m->rope;
+    lh_tensor c = lh_k_view3(LH_DTYPE_F32, kva->data, 0, kva->device, T, 1, m->lora, w, w);
+    lh_tensor r = lh_k_view3(LH_DTYPE_F32, kva->data, m->lora, kva->device, T, 1, m->rope, w, w);
+    lh_tensor dc = lh_k_view3(LH_DTYPE_F32, kvc->data, 0, kvc->device, T, 1, m->lora, m->lora,
+                              m->lora);
+    lh_tensor dr = lh_k_view3(LH_DTYPE_F32, kr->data, 0, kr->device, T, 1, m->rope, m->rope,
+                              m->rope);
+    lh_kctx *k = api->fwd_kctx(f);
+    lh_status st = lh_k_copy_view(k, &dc, &c);
+    if (st == LH_OK)
+        st = lh_k_copy_view(k, &dr, &r);
+    if (st != LH_OK)
+        api->fwd_fail(f, st, "splitting kv_a_proj_with_mqa: %s", lh_k_last_error(k));
+}
+
 static lh_status forward(void *model, const lh_host_api *api, lh_fwd *f)
 {
     const ds_model *m = model;
@@ -377,7 +395,8 @@ static lh_status forward(void *model, const lh_host_api *api, lh_fwd *f)
     lh_tensor resid = api->scratch(f, T, m->hidden), h = api->scratch(f, T, m->hidden);
     lh_tensor proj = api->scratch(f, T, m->hidden);
     lh_tensor qa = api->scratch(f, T, m->q_lora > 0 ? m->q_lora : 1);
-    lh_tensor q = api->scratch(f, T, H * m->qk), kvc = api->scratch(f, T, m->lora);
+    lh_tensor q = api->scratch(f, T, H * m->qk), kva = api->scratch(f, T, m->lora + m->rope);
+    lh_tensor kvc = api->scratch(f, T, m->lora);
     lh_tensor kr = api->scratch(f, T, m->rope), attn = api->scratch(f, T, H * m->vd);
     lh_tensor gate = api->scratch(f, T, m->inter), up = api->scratch(f, T, m->inter);
 
@@ -394,9 +413,9 @@ static lh_status forward(void *model, const lh_host_api *api, lh_fwd *f)
         } else {
             api->linear(f, &h, L->q, NULL, &q);
         }
-        api->linear(f, &h, L->kv_c, L->kv_c_b, &kvc);
+        api->linear(f, &h, L->kv_a, L->kv_a_b, &kva);
+        split_kv_a(api, f, m, &kva, &kvc, &kr);
         api->rmsnorm(f, &kvc, L->kv_norm, m->eps, 0.0f, &kvc);
-        api->linear(f, &h, L->k_rope, L->k_rope_b, &kr);
         api->attend_mla(f, L->attn, &q, &kvc, &kr, L->kv_b, &attn);
         api->linear(f, &attn, L->o, L->o_b, &proj);
         api->residual_rmsnorm(f, &resid, &proj, L->post_norm, m->eps, 0.0f, &h);

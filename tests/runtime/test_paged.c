@@ -447,6 +447,16 @@ static void test_engine_mla_kv_settings(void)
     CU_ASSERT(d80 <= 0.5);
     CU_ASSERT(isfinite(db) && isfinite(d8) && db <= 4 * max_logit && d8 <= 4 * max_logit);
     CU_ASSERT_EQUAL(memcmp(cover, hnd, (size_t)(n * vocab) * sizeof(float)), 0);
+    /* the keys' dtype alone sets the latent's (there are no separate values) */
+    float *konly = kv_logits(model, "paged", "kv_cache: {k_dtype: bfloat16}\n", NULL, &vocab);
+    CU_ASSERT_FATAL(konly != NULL);
+    CU_ASSERT_EQUAL(memcmp(konly, bf16, (size_t)(n * vocab) * sizeof(float)), 0);
+    free(konly);
+    /* int4 weights: kv_a_proj_with_mqa is split after its projection, so it may be quantized */
+    float *q4 = kv_logits(model, "paged", "quant: {scheme: int4, group_size: 8}\n", NULL, &vocab);
+    CU_ASSERT_FATAL(q4 != NULL);
+    CU_ASSERT(isfinite(max_diff(q4, van, n * vocab)));
+    free(q4);
     lh_err err = {0};
     CU_ASSERT_PTR_NULL(open_cfg(model, "paged", "kv_cache: {dtype: fp8, v_dtype: bfloat16}\n",
                                 NULL, &err));

@@ -47,12 +47,9 @@
  * dropped soft-cap or window, or a query offset by one dim each fail it. Run time 5-10 s on
  * 2 cores (-O2), ~11 s under ASan + UBSan.
  *
- * Two tests fail on purpose until the backends are fixed (each prints a FAIL / BUG line):
- * "sliding window over MLA": vanilla's MLA path hands lh_k_attention_positions a window of 0,
- * so it attends to the full context where paged (and the reference) apply the window;
- * "kv_b of another shape": neither backend checks kv_b's shape (they read it through views
- * sized by the geometry), so a transposed or 1-dim kv_b is used silently (and a smaller one
- * would be read out of bounds).
+ * Two tests guard bugs this suite found and that are fixed: "sliding window over MLA"
+ * (vanilla's MLA path attended to the whole context) and "kv_b of another shape" (neither
+ * backend checked kv_b's shape, so a smaller one was read out of bounds).
  *
  * Cases: scripted multi-step runs (two prefills; then a decode, a chunked prefill continuing a
  * sequence and a new prefill in one step; a step with a multi-token continuation next to

@@ -545,17 +545,20 @@ static void test_prefix_caching(void)
     int32_t ref_a[MAX_NEW], ref_b[MAX_NEW];
     CU_ASSERT_EQUAL_FATAL(alone(e, &p, a, la, ref_a), MAX_NEW);
     CU_ASSERT_EQUAL_FATAL(alone(e, &p, b, lb, ref_b), MAX_NEW);
-    for (int mode = -1; mode <= 1; mode += 2) {
+    /* on, then off on the same engine: a scheduler that asks for none takes none, even from
+     * a pool that another one filled */
+    for (int mode = 1; mode >= -1; mode -= 2) {
         lh_scheduler *s = NULL;
         const lh_scheduler_options so = {.struct_size = sizeof so, .prefix_caching = mode};
         CU_ASSERT_EQUAL_FATAL(lh_scheduler_create(e, &so, &s, &err), LH_OK);
         collector *c = calloc(1, sizeof *c);
         CU_ASSERT_PTR_NOT_NULL_FATAL(c);
-        CU_ASSERT_EQUAL(run_all(s, c, pa, &la, 1, &p), 0); /* cold */
+        /* cold the first time; the second time round (off) the pool holds A's blocks */
+        CU_ASSERT_EQUAL(run_all(s, c, pa, &la, 1, &p), 0);
         CU_ASSERT_EQUAL(memcmp(c->out[0].tokens, ref_a, sizeof ref_a), 0);
-        memset(c, 0, sizeof *c);
         /* the second prefills only what follows the system prompt's whole blocks (9 of 16:
          * 144 tokens) when the cache is on; nothing is taken from it when off */
+        memset(c, 0, sizeof *c);
         const int64_t cached = run_all(s, c, pb, &lb, 1, &p);
         printf("\n    prefix caching %s: the second request took %lld of its %lld prompt tokens "
                "from the cache", mode > 0 ? "on" : "off", (long long)cached, (long long)lb);
@@ -591,6 +594,61 @@ static void test_prefix_caching(void)
     lh_engine_close(v);
 }
 
+/* The scheduler owns the engine's sequence slots while it lives; models whose RoPE depends
+ * on the sequence length are refused; a request's random stream is its own. */
+static void test_ownership_rope_and_stream(void)
+{
+    lh_engine *e = open_engine("llama-mha-f32", "paged", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    lh_err err = {0};
+    lh_scheduler *s = NULL, *s2 = NULL;
+    CU_ASSERT_EQUAL_FATAL(lh_scheduler_create(e, NULL, &s, &err), LH_OK);
+    CU_ASSERT_EQUAL(lh_scheduler_create(e, NULL, &s2, &err), LH_E_USAGE);
+    CHECK_MSG(err, "belong to another scheduler");
+    int32_t prompt[MAX_LEN], out[MAX_NEW];
+    const int64_t len = make_prompt(4, prompt, lh_engine_vocab_size(e));
+    lh_generate_params p = params(e, true, 77);
+    int64_t n = 0;
+    lh_stop_reason why;
+    const int32_t *const prompts[1] = {prompt};
+    CU_ASSERT_EQUAL(lh_engine_generate(e, &p, prompts, &len, 1, out, &n, &why, &err),
+                    LH_E_USAGE);
+    CHECK_MSG(err, "a scheduler holds the engine's sequence slots");
+    float *logits = malloc((size_t)lh_engine_vocab_size(e) * sizeof *logits);
+    CU_ASSERT_EQUAL(lh_engine_logits(e, prompt, 1, logits, &err), LH_E_USAGE);
+    free(logits);
+    /* stream 5, alone: lh_engine_generate's sequence with stream 5 */
+    collector *c = calloc(1, sizeof *c);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    const lh_request rq = {.struct_size = sizeof rq, .prompt = prompt, .prompt_len = len,
+                           .params = &p, .stream = 5, .on_token = on_token, .user = c};
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, &rq, &c->first_id, &err), LH_OK);
+    CU_ASSERT_EQUAL(submit(s, prompt, len, &p, c, NULL, &err), LH_OK); /* stream 0 */
+    drain(s);
+    lh_scheduler_free(s);
+    int32_t ref5[MAX_NEW], ref0[MAX_NEW];
+    const uint64_t stream5 = 5;
+    lh_generate_params p5 = p;
+    p5.seq_streams = &stream5;
+    CU_ASSERT_EQUAL(lh_engine_generate(e, &p5, prompts, &len, 1, ref5, &n, &why, &err), LH_OK);
+    CU_ASSERT_EQUAL(alone(e, &p, prompt, len, ref0), MAX_NEW);
+    CU_ASSERT_EQUAL(memcmp(c->out[0].tokens, ref5, sizeof ref5), 0);
+    CU_ASSERT_EQUAL(memcmp(c->out[1].tokens, ref0, sizeof ref0), 0);
+    CU_ASSERT_NOT_EQUAL(memcmp(ref5, ref0, sizeof ref0), 0); /* the streams differ */
+    free(c);
+    lh_engine_close(e);
+    static const char *const by_length[][2] = {{"phi3-f32", "longrope"},
+                                               {"llama-rope-dynamic", "dynamic RoPE"}};
+    for (size_t i = 0; i < 2; i++) {
+        lh_engine *r = open_engine(by_length[i][0], "paged", NULL);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+        CU_ASSERT_EQUAL(lh_scheduler_create(r, NULL, &s, &err), LH_E_UNSUPPORTED);
+        CHECK_MSG(err, by_length[i][1]);
+        CHECK_MSG(err, "chunked prefill");
+        lh_engine_close(r);
+    }
+}
+
 static int suite_init(void)
 {
     return (host = rt_builtin_host()) ? 0 : 1;
@@ -614,6 +672,8 @@ static CU_TestInfo tests[] = {
     {"refusals name what was asked and what exists", test_refusals},
     {"prefix caching: a shared system prompt is prefilled once, tokens unchanged",
      test_prefix_caching},
+    {"slot ownership, RoPE that depends on the length refused, per-request streams",
+     test_ownership_rope_and_stream},
     CU_TEST_INFO_NULL,
 };
 
