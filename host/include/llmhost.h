@@ -451,6 +451,31 @@ LH_EXPORT lh_status lh_scheduler_step(lh_scheduler *s, lh_scheduler_step_info *i
 /* Whether a request is queued or running. [concurrent] */
 LH_EXPORT bool lh_scheduler_busy(lh_scheduler *s);
 
+/* Latency histogram bounds in seconds (cumulative buckets, as Prometheus counts them: bucket
+ * i counts observations <= LH_LATENCY_BOUNDS[i]; the last bound is +inf). */
+#define LH_LATENCY_BUCKETS 12
+#define LH_LATENCY_BOUNDS_INIT                                                                 \
+    {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 1e300}
+
+/* What a scheduler has done since it was created, and its state after the last step. Times
+ * are CLOCK_MONOTONIC: time to first token from submit to the step that chose it, inter-token
+ * latency between a request's consecutive tokens. */
+typedef struct lh_scheduler_metrics {
+    uint32_t struct_size;           /* sizeof(lh_scheduler_metrics) */
+    int64_t running, waiting;       /* after the last step */
+    int64_t kv_blocks_used, kv_blocks_total; /* the paged pool (0 and 0 without one) */
+    int64_t submitted, finished, preempted;  /* requests */
+    int64_t steps, prompt_tokens, generated_tokens;
+    int64_t prefix_cached_tokens;   /* prompt tokens taken from the prefix cache */
+    int64_t ttft_count, itl_count;
+    double ttft_sum, itl_sum;       /* seconds */
+    int64_t ttft_buckets[LH_LATENCY_BUCKETS], itl_buckets[LH_LATENCY_BUCKETS];
+} lh_scheduler_metrics;
+
+/* A snapshot of s's metrics into *out (its struct_size kept; fields beyond it untouched).
+ * NULL s or out, or a struct_size too small: nothing written. [concurrent] */
+LH_EXPORT void lh_scheduler_metrics_get(lh_scheduler *s, lh_scheduler_metrics *out);
+
 /* ---- tokenizer ------------------------------------------------------------------------- */
 
 /* The tokenizer of a Hugging Face tokenizer.json, giving the same ids as the `tokenizers`

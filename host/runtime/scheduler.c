@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct req {
     uint64_t id;
@@ -22,6 +23,7 @@ typedef struct req {
     uint64_t seed, stream;
     bool admitted;      /* took its slot in the step being planned */
     lh_stop_matcher *stop_m; /* its stop strings (NULL: none) */
+    double t_submit, t_last; /* CLOCK_MONOTONIC: submitted, its last token chosen */
     lh_token_fn fn;
     void *user;
     struct req *next;   /* in the incoming or waiting list */
@@ -39,6 +41,7 @@ struct lh_scheduler {
     size_t n_cancels, cap_cancels;
     uint64_t next_id;
     atomic_int_fast64_t live; /* requests submitted and not ended */
+    lh_scheduler_metrics m;   /* under mu (written by the stepping thread, submit) */
     /* the stepping thread's own */
     req *wait_head, *wait_tail;
     req **running; /* [slots] */
@@ -47,6 +50,22 @@ struct lh_scheduler {
     int64_t *chunk, *token_start, *n_new, *ctx_len, *slot, *after, *out_rows, *out_of;
     int32_t *tokens, *positions;
 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void observe(int64_t *buckets, int64_t *count, double *sum, double seconds)
+{
+    static const double bounds[LH_LATENCY_BUCKETS] = LH_LATENCY_BOUNDS_INIT;
+    for (int i = 0; i < LH_LATENCY_BUCKETS; i++)
+        buckets[i] += seconds <= bounds[i];
+    (*count)++;
+    *sum += seconds;
+}
 
 static void req_free(req *r)
 {
@@ -289,8 +308,10 @@ lh_status lh_scheduler_submit(lh_scheduler *s, const lh_request *rq, uint64_t *i
     r->stream = rq->stream;
     r->fn = rq->on_token;
     r->user = rq->user;
+    r->t_submit = now_s();
     pthread_mutex_lock(&s->mu);
     r->id = s->next_id++;
+    s->m.submitted++;
     if (s->in_tail)
         s->in_tail->next = r;
     else
@@ -301,6 +322,17 @@ lh_status lh_scheduler_submit(lh_scheduler *s, const lh_request *rq, uint64_t *i
     if (id)
         *id = r->id;
     return LH_OK;
+}
+
+void lh_scheduler_metrics_get(lh_scheduler *s, lh_scheduler_metrics *out)
+{
+    if (!s || !out || out->struct_size < sizeof *out)
+        return;
+    const uint32_t keep = out->struct_size;
+    pthread_mutex_lock(&s->mu);
+    *out = s->m;
+    pthread_mutex_unlock(&s->mu);
+    out->struct_size = keep;
 }
 
 void lh_scheduler_cancel(lh_scheduler *s, uint64_t id)
@@ -583,14 +615,10 @@ static lh_status choose(lh_scheduler *s, const lh_tensor *logits, int64_t j, req
     return LH_OK;
 }
 
-lh_status lh_scheduler_step(lh_scheduler *s, lh_scheduler_step_info *info, lh_err *err)
+/* One step; the latencies it observed go to d (merged into the metrics by the caller). */
+static lh_status step_inner(lh_scheduler *s, lh_scheduler_step_info *info,
+                            lh_scheduler_metrics *d, lh_err *err)
 {
-    lh_scheduler_step_info dummy;
-    if (!info)
-        info = &dummy;
-    memset(info, 0, sizeof *info);
-    if (!s)
-        return lh_err_set(err, LH_E_USAGE, "step: no scheduler");
     info->finished = intake(s);
     int64_t n = 0;
     lh_status st = plan(s, &n, &info->preempted, &info->cached, err);
@@ -642,11 +670,17 @@ lh_status lh_scheduler_step(lh_scheduler *s, lh_scheduler_step_info *info, lh_er
             if (s->prefix)
                 lh_kv_cache_publish(kv, r->slot, r->tok, r->computed);
         }
+        const double t_now = now_s();
         for (int64_t j = 0; j < n_out; j++) {
             req *r = s->sched[s->out_of[j]];
             r->tok[r->n_tok++] = ids[j];
             r->n_gen++;
             info->sampled++;
+            if (r->n_gen == 1)
+                observe(d->ttft_buckets, &d->ttft_count, &d->ttft_sum, t_now - r->t_submit);
+            else
+                observe(d->itl_buckets, &d->itl_count, &d->itl_sum, t_now - r->t_last);
+            r->t_last = t_now;
             const bool eos = is_stop(r, ids[j]), full = r->n_gen == r->max_new;
             bool matched = false;
             lh_err me = {0};
@@ -667,5 +701,43 @@ lh_status lh_scheduler_step(lh_scheduler *s, lh_scheduler_step_info *info, lh_er
         info->running += s->running[i] != NULL;
     for (req *r = s->wait_head; r; r = r->next)
         info->waiting++;
+    return st;
+}
+
+lh_status lh_scheduler_step(lh_scheduler *s, lh_scheduler_step_info *info, lh_err *err)
+{
+    lh_scheduler_step_info dummy;
+    if (!info)
+        info = &dummy;
+    memset(info, 0, sizeof *info);
+    if (!s)
+        return lh_err_set(err, LH_E_USAGE, "step: no scheduler");
+    lh_scheduler_metrics d;
+    memset(&d, 0, sizeof d);
+    const lh_status st = step_inner(s, info, &d, err);
+    const lh_kv_cache *kv = lh_runner_kv(s->d);
+    pthread_mutex_lock(&s->mu);
+    lh_scheduler_metrics *m = &s->m;
+    m->steps += info->tokens > 0;
+    m->running = info->running;
+    m->waiting = info->waiting;
+    if (kv) {
+        m->kv_blocks_total = lh_kv_cache_plan(kv)->num_blocks;
+        m->kv_blocks_used = m->kv_blocks_total - lh_kv_cache_free_blocks(kv);
+    }
+    m->finished += info->finished;
+    m->preempted += info->preempted;
+    m->prompt_tokens += info->prefill;
+    m->generated_tokens += info->sampled;
+    m->prefix_cached_tokens += info->cached;
+    m->ttft_count += d.ttft_count;
+    m->itl_count += d.itl_count;
+    m->ttft_sum += d.ttft_sum;
+    m->itl_sum += d.itl_sum;
+    for (int i = 0; i < LH_LATENCY_BUCKETS; i++) {
+        m->ttft_buckets[i] += d.ttft_buckets[i];
+        m->itl_buckets[i] += d.itl_buckets[i];
+    }
+    pthread_mutex_unlock(&s->mu);
     return st;
 }

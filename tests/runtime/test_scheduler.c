@@ -204,6 +204,30 @@ static int64_t check_against_alone(lh_engine *e, bool sample, int64_t budget, co
            "preemptions): %d differ from their run alone", what, N_REQ, steps,
            (long long)budget, (long long)max_running, (long long)preempted, mismatched);
     CU_ASSERT_EQUAL(mismatched, 0);
+    /* the metrics count the same run */
+    lh_scheduler_metrics m = {.struct_size = sizeof m};
+    lh_scheduler_metrics_get(s, &m);
+    int64_t generated = 0;
+    for (int i = 0; i < N_REQ; i++)
+        generated += ref_n[i];
+    CU_ASSERT_EQUAL(m.submitted, N_REQ);
+    CU_ASSERT_EQUAL(m.finished, N_REQ);
+    CU_ASSERT_EQUAL(m.preempted, preempted);
+    CU_ASSERT_EQUAL(m.generated_tokens, generated);
+    CU_ASSERT_EQUAL(m.ttft_count, N_REQ);
+    CU_ASSERT_EQUAL(m.itl_count, generated - N_REQ);
+    CU_ASSERT(m.steps > 0 && m.steps <= steps);
+    CU_ASSERT(m.running == 0 && m.waiting == 0 && m.kv_blocks_used == 0);
+    CU_ASSERT(m.ttft_sum >= 0 && m.itl_sum >= 0);
+    for (int i = 0; i < LH_LATENCY_BUCKETS; i++) {
+        CU_ASSERT(i == 0 || m.ttft_buckets[i] >= m.ttft_buckets[i - 1]);
+        CU_ASSERT(i == 0 || m.itl_buckets[i] >= m.itl_buckets[i - 1]);
+    }
+    CU_ASSERT_EQUAL(m.ttft_buckets[LH_LATENCY_BUCKETS - 1], m.ttft_count);
+    CU_ASSERT_EQUAL(m.itl_buckets[LH_LATENCY_BUCKETS - 1], m.itl_count);
+    lh_scheduler_metrics small = {.struct_size = 4, .steps = -7};
+    lh_scheduler_metrics_get(s, &small); /* too small: untouched */
+    CU_ASSERT_EQUAL(small.steps, -7);
     free(c);
     lh_scheduler_free(s);
     return preempted;
