@@ -2072,6 +2072,27 @@ static bool pwrite(genv *e, gpool *p, const pbatch *b, const int64_t *from, cons
     return ok;
 }
 
+/* Writes every sequence of b into p in three pieces (the first half of its cached context,
+ * the rest of it, the step's new tokens) and compares the pool with the CPU's. */
+static bool pwrite_in_pieces(genv *e, gpool *p, const pbatch *b, const lh_rope *rope,
+                             const char *what)
+{
+    int64_t cut[4][PSEQS];
+    for (int s = 0; s < PSEQS; s++) {
+        const int64_t h = b->kv_len[s] - b->n_new[s];
+        cut[0][s] = 0;
+        cut[1][s] = h / 2;
+        cut[2][s] = h;
+        cut[3][s] = b->kv_len[s];
+    }
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++)
+        ok = pwrite(e, p, b, cut[i], cut[i + 1], rope, what);
+    if (ok && gpool_pull(e, p))
+        gpool_compare(p, rope != NULL, what);
+    return ok;
+}
+
 #define SENTINEL 12345.0f
 
 /* One configuration: history written in two pieces, then the step's new tokens; pools
@@ -2165,19 +2186,7 @@ static void paged_case(genv *e, lh_dtype kdt, lh_dtype vdt, lh_kv_layout lay, in
     pbatch_init(&b, KVH, D, bs);
     gpool p;
     gpool_init(e, &p, kdt, vdt, lay, bs, KVH, D, b.NB, sums);
-    int64_t cut[4][PSEQS];
-    for (int s = 0; s < PSEQS; s++) {
-        const int64_t h = b.kv_len[s] - b.n_new[s];
-        cut[0][s] = 0;
-        cut[1][s] = h / 2;
-        cut[2][s] = h;
-        cut[3][s] = b.kv_len[s];
-    }
-    bool ok = true;
-    for (int i = 0; i < 3 && ok; i++)
-        ok = pwrite(e, &p, &b, cut[i], cut[i + 1], rope, what);
-    if (ok && gpool_pull(e, &p))
-        gpool_compare(&p, rope != NULL, what);
+    bool ok = pwrite_in_pieces(e, &p, &b, rope, what);
 
     float *q = xcalloc((size_t)nq, sizeof(float)), *oc = xcalloc((size_t)nq, sizeof(float));
     float *og = xcalloc((size_t)nq, sizeof(float));
@@ -3368,19 +3377,7 @@ static void mla_case(genv *e, lh_dtype dt, int64_t D, int64_t H, int64_t bs, boo
     gpool p;
     gpool_init(e, &p, dt, dt, lay, bs, KVH, D, b.NB, true);
     gpool_alias(&p);
-    int64_t cut[4][PSEQS];
-    for (int s = 0; s < PSEQS; s++) {
-        const int64_t h = b.kv_len[s] - b.n_new[s];
-        cut[0][s] = 0;
-        cut[1][s] = h / 2;
-        cut[2][s] = h;
-        cut[3][s] = b.kv_len[s];
-    }
-    bool ok = true;
-    for (int i = 0; i < 3 && ok; i++)
-        ok = pwrite(e, &p, &b, cut[i], cut[i + 1], rp, what);
-    if (ok && gpool_pull(e, &p))
-        gpool_compare(&p, rp != NULL, what);
+    bool ok = pwrite_in_pieces(e, &p, &b, rp, what);
 
     float *q = xcalloc((size_t)nq, sizeof(float)), *oc = xcalloc((size_t)nq, sizeof(float));
     float *og = xcalloc((size_t)nq, sizeof(float));

@@ -1660,6 +1660,8 @@ static void test_plugin_deepseek(void)
          false},
         {"\"moe_layer_freq\":2", "moe_layer_freq 2", true},
         {"\"scoring_func\":\"softmax\"", "DeepSeek-V3 scores with sigmoid", true},
+        {"\"mlp_bias\":true", "mlp_bias true", false},
+        {"\"hidden_act\":\"gelu\"", "hidden_act 'gelu'", true},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *base = bad[i].v3 ? DEEPSEEK_V3 : DEEPSEEK_V2_LITE;
