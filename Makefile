@@ -14,9 +14,11 @@ EXPLAIN    ?= tests/fixtures/configs/llama-3.1-8b
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 DEBIAN_PACKAGES = gcc g++ libc6-dev pkg-config meson ninja-build python3 python3-venv binutils \
-                  libjansson-dev libyaml-dev libcunit1-dev libpcre2-dev libutf8proc-dev
+                  libjansson-dev libyaml-dev libcunit1-dev libpcre2-dev libutf8proc-dev \
+                  libmicrohttpd-dev
 
-# Python packages of the tools the tests cover (tools/default_model), in a virtual environment
+# Python packages of the tools the tests cover (tools/default_model) and of the server tests,
+# in a virtual environment
 PYENV      = $(BUILD)-pyenv
 PYTEST_ENV = LH_PYENV_PYTHON=$(CURDIR)/$(PYENV)/bin/python LH_REQUIRE_PYDEPS=1
 
@@ -61,9 +63,12 @@ run: build default-model
 explain: build
 	$(BUILD)/host/llmhost explain $(EXPLAIN)
 
-$(PYENV)/.installed: tools/default_model/requirements.txt | deps
+# the converter's packages, and the server tests' (the OpenAI client, schemathesis)
+PY_REQUIREMENTS = tools/default_model/requirements.txt tests/server/requirements.txt
+
+$(PYENV)/.installed: $(PY_REQUIREMENTS) | deps
 	python3 -m venv $(PYENV)
-	$(PYENV)/bin/pip install --quiet --disable-pip-version-check -r tools/default_model/requirements.txt
+	$(PYENV)/bin/pip install --quiet --disable-pip-version-check $(addprefix -r ,$(PY_REQUIREMENTS))
 	touch $@
 
 pyenv: $(PYENV)/.installed

@@ -39,6 +39,11 @@ For each model <name> it writes tests/fixtures/models/<name>/:
                      alone, computed in the checkpoint's dtype.
   logits_f32_<i>.npy (bf16 checkpoints only) the same with the bf16 weights
                      upcast to float32 (model.float()).
+  tokenizer.json, tokenizer_config.json
+                     (models with a "tokenizer" entry only) the base tokenizer.json
+                     with the entry's special tokens added at the next ids, and its
+                     chat template / bos / eos; the entry's chat_prompts become extra
+                     prompts (the chat template applied with the generation prompt).
 and tests/fixtures/models/versions.json + README.md.
 """
 
@@ -362,6 +367,34 @@ MODELS += [
                      vocab_size=512),
          covers="Qwen3-MoE as qwen3moe-f32 in bfloat16 (vocabulary 512)."),
 ]
+# A model with a tokenizer and a chat template (for the text / chat paths: the CLI's -p and
+# --chat, an OpenAI-style server): the byte-level BPE tokenizer fixture plus two ChatML special
+# tokens, and a vocabulary of exactly the tokenizer's ids (every id the model can produce
+# decodes). Besides the random prompts, one prompt is the chat template applied to a
+# conversation, so the references include a chat turn's greedy continuation.
+CHATML = ("{% for message in messages %}"
+          "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
+          " + '\n' }}"
+          "{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+MODELS += [
+    dict(name="llama-chat-f32", model_type="llama", dtype="float32", seed=1034,
+         config=dict(vocab_size=612, max_position_embeddings=512),
+         tokenizer=dict(base="tests/fixtures/tokenizers/bpe_gpt2.json",
+                        added=["<|im_start|>", "<|im_end|>"],
+                        bos_token="<|begin_of_text|>", eos_token="<|im_end|>",
+                        chat_template=CHATML,
+                        chat_prompts=[[{"role": "system", "content": "You are terse."},
+                                       {"role": "user", "content": "hello"}]]),
+         covers="Llama as llama-mha-f32 with a tokenizer and a chat template: tokenizer.json "
+                "is tests/fixtures/tokenizers/bpe_gpt2.json (byte-level BPE, 610 ids with "
+                "<|begin_of_text|> 0, <|end_of_text|> 1) plus special tokens <|im_start|> 610 "
+                "and <|im_end|> 611; vocab_size 612 = the tokenizer's ids; "
+                "tokenizer_config.json has a ChatML chat_template, bos <|begin_of_text|>, eos "
+                "<|im_end|> (config and generation_config carry no eos). Prompt 3 is the chat "
+                "template applied to a system + user turn with the generation prompt. "
+                "max_position_embeddings 512, float32."),
+]
 # Minimum gap between the top_k-th and the next router score at every routed token: below it
 # a last-bit difference could pick another expert.
 MOE_MIN_ROUTER_GAP = 1e-4
@@ -383,6 +416,133 @@ def versions():
         "safetensors": safetensors.__version__,
         "numpy": np.__version__,
     }
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tokenizer_texts(spec):
+    """(tokenizer.json, tokenizer_config.json) text of spec["tokenizer"]: the base
+    tokenizer.json with spec's added special tokens appended to added_tokens at the next ids
+    (laid out as the base file's own), and a tokenizer_config.json with the chat template and
+    the special tokens. The model's vocabulary must be exactly the tokenizer's ids."""
+    t = spec["tokenizer"]
+    with open(os.path.join(REPO, t["base"]), encoding="utf-8") as f:
+        tok = json.load(f)
+    known = dict(tok["model"]["vocab"])
+    for a in tok["added_tokens"]:
+        assert known.get(a["content"], a["id"]) == a["id"], a
+        known[a["content"]] = a["id"]
+    n = len(set(known.values()))
+    assert set(known.values()) == set(range(n)), "base tokenizer ids are not 0..n-1"
+    for content in t["added"]:
+        assert content not in known, content
+        tok["added_tokens"].append(dict(id=n, content=content, single_word=False, lstrip=False,
+                                        rstrip=False, normalized=False, special=True))
+        known[content] = n
+        n += 1
+    cfg = {**spec.get("base", BASE), **spec["config"]}
+    assert n == cfg["vocab_size"], (spec["name"], "tokenizer ids", n, "!= vocab_size",
+                                    cfg["vocab_size"])
+    tcfg = dict(
+        tokenizer_class="PreTrainedTokenizerFast",
+        bos_token=t["bos_token"],
+        eos_token=t["eos_token"],
+        pad_token=None,
+        unk_token=None,
+        add_bos_token=False,
+        add_eos_token=False,
+        clean_up_tokenization_spaces=False,
+        model_max_length=cfg["max_position_embeddings"],
+        chat_template=t["chat_template"],
+    )
+    for k in ("bos_token", "eos_token"):
+        assert tcfg[k] in known, (k, tcfg[k])
+    return (json.dumps(tok, indent=2, ensure_ascii=False) + "\n",
+            json.dumps(tcfg, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_tokenizer(d, spec):
+    texts = tokenizer_texts(spec)
+    for name, text in zip(("tokenizer.json", "tokenizer_config.json"), texts):
+        with open(os.path.join(d, name), "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def load_tokenizer(d):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(d)
+
+
+def chat_ids(tok, messages):
+    """apply_chat_template with the generation prompt, as ids (and the text)."""
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if hasattr(ids, "keys"):  # a BatchEncoding (transformers 5's return_dict default)
+        ids = ids["input_ids"]
+    ids = list(ids)
+    assert ids == tok(text, add_special_tokens=False)["input_ids"], (text, ids)
+    return ids, text
+
+
+def make_chat_prompts(spec):
+    """The ids and texts of spec["tokenizer"]["chat_prompts"] through the tokenizer as
+    transformers loads it from the files written for the fixture."""
+    if "tokenizer" not in spec:
+        return []
+    tmp = tempfile.mkdtemp()
+    try:
+        write_tokenizer(tmp, spec)
+        tok = load_tokenizer(tmp)
+        return [(msgs,) + chat_ids(tok, msgs)
+                for msgs in spec["tokenizer"].get("chat_prompts", [])]
+    finally:
+        shutil.rmtree(tmp)
+
+
+def verify_tokenizer(d, spec, chats, prompts):
+    """The written tokenizer loads in `tokenizers` and transformers, its added tokens encode
+    as single special ids, and the chat prompts re-encode to the stored prompts."""
+    import tokenizers
+    t = spec["tokenizer"]
+    raw = tokenizers.Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    vocab = cfg["vocab_size"]
+    assert raw.get_vocab_size(with_added_tokens=True) == vocab
+    base = tokenizers.Tokenizer.from_file(os.path.join(REPO, t["base"]))
+    n_base = base.get_vocab_size(with_added_tokens=True)
+    special = {c: n_base + i for i, c in enumerate(t["added"])}
+    for c, i in special.items():
+        assert raw.token_to_id(c) == i, (c, raw.token_to_id(c), i)
+        assert raw.encode(c).ids == [i], (c, raw.encode(c).ids)
+    tok = load_tokenizer(d)
+    assert len(tok) == vocab, (len(tok), vocab)
+    assert tok.bos_token == t["bos_token"] and tok.eos_token == t["eos_token"]
+    assert tok.eos_token_id == raw.token_to_id(t["eos_token"])
+    samples = ["hello", "Hello, world! 123", " two  spaces\tand\nnewline",
+               "".join(t["added"]) + "x", "%suser\nhi%s" % tuple(t["added"][:2]),
+               "caf\u00e9 \u00fcber \u65e5\u672c"]
+    for text in samples:
+        ids = raw.encode(text).ids
+        assert tok(text)["input_ids"] == ids, (text, tok(text)["input_ids"], ids)
+        assert all(0 <= x < vocab for x in ids)
+        # the base tokenizer gives the same ids where no new special token occurs
+        if not any(c in text for c in t["added"]):
+            assert base.encode(text).ids == ids, text
+    ids = raw.encode("%suser\nhi%s" % tuple(t["added"][:2])).ids
+    assert ids[0] == special[t["added"][0]] and ids[-1] == special[t["added"][1]], ids
+    assert not set(ids[1:-1]) & set(special.values()), ids
+    for (msgs, want, text), p in zip(chats, prompts[len(prompts) - len(chats):]):
+        assert p == want
+        got, got_text = chat_ids(tok, msgs)
+        assert got == want and got_text == text, (got, want)
+        assert raw.encode(text).ids == want
+    # the model's configs name no eos / bos: the references stay plain argmax decoding
+    with open(os.path.join(d, "generation_config.json")) as f:
+        gen = json.load(f)
+    for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        assert cfg.get(k) is None and gen.get(k) is None, (k, cfg.get(k), gen.get(k))
 
 
 def build_config(spec):
@@ -679,10 +839,12 @@ def generate_one(spec, out_dir, verify):
     name = spec["name"]
     is_bf16 = spec["dtype"] == "bfloat16"
     tries = []
+    chats = make_chat_prompts(spec)  # [(messages, ids, text)]
     for k in range(MAX_SEED_TRIES):
         seed = spec["seed"] + 100000 * k
         model = make_model(spec, seed)
         prompts = make_prompts(spec, spec["seed"], model.config.vocab_size)
+        prompts += [ids for _, ids, _ in chats]
         gaps = RouterGaps(model)
         res = compute_all(model, prompts, is_bf16, gaps)
         gaps.close()
@@ -716,6 +878,8 @@ def generate_one(spec, out_dir, verify):
     if "shard" in spec:
         kw["max_shard_size"] = spec["shard"]
     model.save_pretrained(d, **kw)
+    if "tokenizer" in spec:
+        write_tokenizer(d, spec)
     del model
     # All stored references come from the checkpoint as a user loads it.
     # (CPU matmul kernels can round differently depending on the memory
@@ -779,7 +943,14 @@ def generate_one(spec, out_dir, verify):
             if "emb_std" in spec else "N(0,1) (N(0,0.35^2) when tied)",
             " as effective scale (Gemma stores w with scale 1 + w: "
             "w ~ U(-0.2, 0.2))" if spec["model_type"] in OFFSET_NORM_TYPES else ""),
-        "prompts are token ids fed as-is: no BOS is added, no tokenizer exists.",
+        "prompts are token ids fed as-is: no BOS is added, no tokenizer exists."
+        if "tokenizer" not in spec else
+        "prompts are token ids fed as-is (no BOS is added); tokenizer.json is %s plus the "
+        "special tokens %s at the next ids; prompts %s are the chat template of "
+        "tokenizer_config.json applied to chat_prompts[k].messages with "
+        "add_generation_prompt, encoded (chat_prompts[k].text)." % (
+            spec["tokenizer"]["base"], ", ".join(spec["tokenizer"]["added"]),
+            ", ".join(str(len(prompts) - len(chats) + k) for k in range(len(chats)))),
         "logits_<i>.npy: float32 [len(prompt_i), vocab], one forward pass "
         "(transformers, eager attention, CPU, use_cache=False) over prompt i "
         "alone, in the checkpoint dtype %s." % spec["dtype"],
@@ -822,6 +993,10 @@ def generate_one(spec, out_dir, verify):
     if spec["name"] == "llama-rope-dynamic":
         ref["greedy_nocache"] = res["nocache"]
         ref["greedy_nocache_margin"] = [[fmt(x) for x in m] for m in res["margins_nocache"]]
+    if chats:
+        ref["chat_prompts"] = [
+            {"prompt": len(prompts) - len(chats) + k, "messages": msgs, "text": text}
+            for k, (msgs, _, text) in enumerate(chats)]
     ref["logits_files"] = [f"logits_{i}.npy" for i in range(len(prompts))]
     if is_bf16:
         ref["logits_f32_files"] = [f"logits_f32_{i}.npy" for i in range(len(prompts))]
@@ -839,6 +1014,8 @@ def generate_one(spec, out_dir, verify):
 
     if verify:
         verify_one(d, spec, prompts, res)
+        if "tokenizer" in spec:
+            verify_tokenizer(d, spec, chats, prompts)
     size = sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d))
     stats["dir_bytes"] = size
     return stats
@@ -1078,6 +1255,7 @@ the weights.
 | `reference.json` | `num_parameters`, `prompts`, `greedy`, `greedy_margin`, (`greedy_f32`, `greedy_margin_f32` for bf16), `dtype`, versions, `seed`, `stats`, `notes` |
 | `logits_<i>.npy` | float32 `[len(prompts[i]), vocab]`: one forward pass over prompt i alone, computed in the checkpoint dtype |
 | `logits_f32_<i>.npy` | bf16 models only: same, with the bf16 weights upcast to float32 (`model.float()`) |
+| `tokenizer.json`, `tokenizer_config.json` | `llama-chat-f32` only: its tokenizer (a tokenizer fixture plus added special tokens) and its chat template / special tokens; `reference.json` then has `chat_prompts` |
 
 `stats.json` at the top collects the per-model numbers quoted below.
 
@@ -1085,6 +1263,13 @@ the weights.
   models use prompts of 5, 11 and 1 tokens; `mistral-swa-f32` uses 5, 20, 1
   and `llama-rope-dynamic` 5, 24, 1 so that prompt 1 crosses the window /
   the original context.
+* `llama-chat-f32` has a tokenizer (`tokenizer.json`: every id of its
+  vocabulary is a token) and a ChatML chat template. Its prompts 0-2 are
+  random ids as above; prompt 3 is `apply_chat_template(messages,
+  add_generation_prompt=True)` of `reference.json`'s `chat_prompts[0]`
+  (`messages`, `text`), encoded by transformers' tokenizer of the directory.
+  Its eos (`<|im_end|>`) is named only in `tokenizer_config.json`: greedy is
+  still plain argmax over 32 tokens.
 * `greedy[i]` is `model.generate(do_sample=False, max_new_tokens={n_new},
   min_new_tokens={n_new})` with the KV cache; configs carry no bos/eos/pad ids,
   so nothing stops early and no logits processor touches the logits (each
@@ -1109,7 +1294,7 @@ only inside `rope_parameters` in `config.json`.
 
 ## What each model covers
 
-All: hidden 64, vocab 256-512, 2-3 layers, intermediate 128-192, RMSNorm eps
+All: hidden 64, vocab 256-612, 2-3 layers, intermediate 128-192, RMSNorm eps
 1e-6, SiLU MLP (Gemma: GELU-tanh), eager attention, `max_position_embeddings` 256 unless noted.
 
 | model | dtype | covers |

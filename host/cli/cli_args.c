@@ -39,6 +39,15 @@ enum {
     OPT_TEXT_FILE,
     OPT_NO_SPECIAL,
     OPT_CHAT,
+    OPT_HOST,
+    OPT_PORT,
+    OPT_API_KEY,
+    OPT_SERVED_NAME,
+    OPT_MAX_BATCHED,
+    OPT_NO_PREFIX,
+    OPT_MAX_REQUESTS,
+    OPT_MAX_BODY,
+    OPT_TIMEOUT,
 };
 
 /* The options of the CLI itself; the run-config keys with a dedicated flag come from the key
@@ -75,6 +84,15 @@ static const struct option own_options[] = {
     {"text-file", required_argument, NULL, OPT_TEXT_FILE},
     {"no-special", no_argument, NULL, OPT_NO_SPECIAL},
     {"chat", no_argument, NULL, OPT_CHAT},
+    {"host", required_argument, NULL, OPT_HOST},
+    {"port", required_argument, NULL, OPT_PORT},
+    {"api-key", required_argument, NULL, OPT_API_KEY},
+    {"served-model-name", required_argument, NULL, OPT_SERVED_NAME},
+    {"max-num-batched-tokens", required_argument, NULL, OPT_MAX_BATCHED},
+    {"no-prefix-caching", no_argument, NULL, OPT_NO_PREFIX},
+    {"max-requests", required_argument, NULL, OPT_MAX_REQUESTS},
+    {"max-body-bytes", required_argument, NULL, OPT_MAX_BODY},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {NULL, 0, NULL, 0},
 };
 
@@ -163,6 +181,8 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
     memset(a, 0, sizeof *a);
     a->max_new = -1;
     a->warmup = -1;
+    a->port = -1;
+    a->idle_timeout = -1;
     if (argc < 2) {
         a->help = true;
         return 0;
@@ -176,7 +196,7 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
     /* the command is what the user meant first: an unknown one is reported before any of
      * its options is read (those belong to the command, so they cannot be judged without it) */
     static const char *const commands[] = {"list",   "resolve", "explain", "backends",
-                                           "run",    "tokenize", "logits", "bench",
+                                           "run",    "serve",   "tokenize", "logits", "bench",
                                            "plugin", "version", "help"};
     const size_t n_commands = sizeof commands / sizeof *commands;
     bool known = strcmp(a->command, "--version") == 0;
@@ -239,6 +259,25 @@ int lh_cli_parse(int argc, char **argv, lh_cli_args *a)
         case OPT_TEXT_FILE: a->text_file = optarg; break;
         case OPT_NO_SPECIAL: a->no_special = true; break;
         case OPT_CHAT: a->chat = true; break;
+        case OPT_HOST: a->listen_host = optarg; break;
+        case OPT_PORT: rc = parse_long(a->command, "--port", optarg, 0, 65535, &a->port); break;
+        case OPT_API_KEY: a->api_key = optarg; break;
+        case OPT_SERVED_NAME: a->served_name = optarg; break;
+        case OPT_MAX_BATCHED:
+            rc = parse_long(a->command, "--max-num-batched-tokens", optarg, 1, 1L << 24,
+                            &a->max_batched_tokens);
+            break;
+        case OPT_NO_PREFIX: a->no_prefix_caching = true; break;
+        case OPT_MAX_REQUESTS:
+            rc = parse_long(a->command, "--max-requests", optarg, 1, 100000, &a->max_requests);
+            break;
+        case OPT_MAX_BODY:
+            rc = parse_long(a->command, "--max-body-bytes", optarg, 1024, 1L << 30,
+                            &a->max_body_bytes);
+            break;
+        case OPT_TIMEOUT:
+            rc = parse_long(a->command, "--timeout", optarg, 1, 86400, &a->idle_timeout);
+            break;
         case OPT_TOKENS: a->tokens = optarg; break;
         case OPT_OUT: a->out_file = optarg; break;
         case 'n': rc = parse_long(a->command, "-n", optarg, 0, 1L << 30, &a->max_new); break;

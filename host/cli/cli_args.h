@@ -46,6 +46,16 @@ typedef struct lh_cli_args {
     bool verbose;         /* --verbose: run prints its timings to stderr */
     int threads;          /* --threads; 0: every core */
     bool batch_size_given; /* --max-batch-size was on the command line */
+    /* serve */
+    const char *listen_host;   /* --host; NULL: 127.0.0.1 */
+    long port;                 /* --port; -1 when not given (8000) */
+    const char *api_key;       /* --api-key; NULL: $LLMHOST_API_KEY, else none */
+    const char *served_name;   /* --served-model-name */
+    long max_batched_tokens;   /* --max-num-batched-tokens; 0 when not given */
+    bool no_prefix_caching;    /* --no-prefix-caching */
+    long max_requests;         /* --max-requests; 0 when not given */
+    long max_body_bytes;       /* --max-body-bytes; 0 when not given */
+    long idle_timeout;         /* --timeout SECONDS; -1 when not given */
     bool json;
     bool help;
     bool allow_insecure;

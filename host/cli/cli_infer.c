@@ -54,7 +54,7 @@ static int parse_ids(const char *cmd, const char *flag, const char *text, int32_
     return 0;
 }
 
-static int open_engine(const lh_cli_args *a, char *const *overrides, lh_host **h,
+int lh_cli_open_engine(const lh_cli_args *a, char *const *overrides, lh_host **h,
                        lh_engine **e, lh_err *err)
 {
     *e = NULL;
@@ -328,7 +328,7 @@ int lh_cli_run(const lh_cli_args *a)
         snprintf(batch, sizeof batch, "max-batch-size=%zu", n_prompts);
         ov[n_ov++] = batch;
     }
-    if (rc == 0 && (rc = open_engine(a, ov, &h, &e, &err)) != 0)
+    if (rc == 0 && (rc = lh_cli_open_engine(a, ov, &h, &e, &err)) != 0)
         rc = report(&err);
     /* the model resolves (and opens) before its tokenizer: a wrong architecture is reported
      * as such, not as a missing tokenizer.json. --stop matches decoded text: it needs the
@@ -547,7 +547,7 @@ int lh_cli_logits(const lh_cli_args *a)
     lh_host *h = NULL;
     lh_engine *e = NULL;
     float *logits = NULL;
-    if ((rc = open_engine(a, a->overrides, &h, &e, &err)) != 0)
+    if ((rc = lh_cli_open_engine(a, a->overrides, &h, &e, &err)) != 0)
         rc = report(&err);
     int64_t vocab = rc == 0 ? lh_engine_vocab_size(e) : 0;
     if (rc == 0 && !(logits = malloc((size_t)n * (size_t)vocab * sizeof *logits))) {

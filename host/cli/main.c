@@ -18,6 +18,8 @@ static const char usage_text[] =
     "  explain MODEL        the resolution trace and the memory plan (module tree, no weights)\n"
     "  run MODEL -p TEXT [-p TEXT]... [-n N] [--json]    generation from text, streamed\n"
     "  run MODEL --prompt-tokens 1,2,3 [-n N] [--json]   generation from token ids\n"
+    "  serve MODEL [--host H] [--port P] [--api-key K]   an OpenAI-compatible HTTP server\n"
+    "                       (continuous batching, prefix caching; see serve --help)\n"
     "  tokenize MODEL (--text T | --text-file F) [--no-special] [--json]\n"
     "                       ids of the model's tokenizer.json (no plugin, no weights)\n"
     "  logits MODEL --tokens 1,2,3 --out FILE.npy        float32 logits of every position\n"
@@ -121,6 +123,8 @@ int main(int argc, char **argv)
         rc = lh_cli_backends(&a);
     } else if (strcmp(a.command, "run") == 0) {
         rc = lh_cli_run(&a);
+    } else if (strcmp(a.command, "serve") == 0) {
+        rc = lh_cli_serve(&a);
     } else if (strcmp(a.command, "tokenize") == 0) {
         rc = lh_cli_tokenize(&a);
     } else if (strcmp(a.command, "logits") == 0) {

@@ -383,11 +383,33 @@ typedef struct lh_scheduler_options {
     int prefix_caching;
 } lh_scheduler_options;
 
-/* Called for each new token of request `id` (token >= 0, last false), and once when the
- * request ends (last true, with why; token is its last new token, or -1 when it ended
- * without producing one here: cancelled, or max_new_tokens 0). */
-typedef void (*lh_token_fn)(void *user, uint64_t id, int32_t token, bool last,
-                            lh_stop_reason why);
+/* The most alternatives a request may ask log-probabilities of (lh_request.top_logprobs). */
+#define LH_MAX_TOP_LOGPROBS 20
+
+/* What the token callback hears: one new token of request `id` (token >= 0, last false), or
+ * the request's end (last true, with why; token is its last new token, or -1 when it ended
+ * without producing one here: cancelled, or max_new_tokens 0). Everything it points to is
+ * the scheduler's and valid during the call only. */
+typedef struct lh_token_event {
+    uint64_t id;
+    int32_t token;
+    bool last;
+    lh_stop_reason why;    /* when last (LH_STOP_LENGTH otherwise) */
+    /* prompt tokens of the request taken from the prefix cache when it was first admitted
+     * (0 without prefix caching); known from its first token on */
+    int64_t cached_tokens;
+    /* With lh_request.logprobs, for a token >= 0: its log-probability under the model's
+     * raw distribution (log-softmax of the logits, before temperature, penalties and the
+     * top-k/top-p/min-p cuts, as vLLM reports by default), and the n_top (= top_logprobs)
+     * most likely ids with theirs, most likely first (equal ones by id). Otherwise logprob is
+     * 0 and n_top 0. */
+    float logprob;
+    int32_t n_top;
+    const int32_t *top_ids;
+    const float *top_logprobs;
+} lh_token_event;
+
+typedef void (*lh_token_fn)(void *user, const lh_token_event *event);
 
 /* What one step did. */
 typedef struct lh_scheduler_step_info {
@@ -430,12 +452,17 @@ typedef struct lh_request {
     const struct lh_tokenizer *tokenizer; /* lh_tokenizer (below) */
     lh_token_fn on_token;             /* may be NULL */
     void *user;                       /* passed to on_token */
+    /* log-probabilities in the token events (lh_token_event): of each new token, and of the
+     * top_logprobs (0..LH_MAX_TOP_LOGPROBS) most likely alternatives */
+    bool logprobs;
+    int32_t top_logprobs;
 } lh_request;
 
 /* Queues a request. *id (may be NULL) receives its id, 1, 2, ... in submission order.
  * Errors: LH_E_USAGE (NULL request or a struct_size too small, empty prompt, an id outside
  * the vocabulary, parameters lh_engine_generate refuses, prompt + max_new_tokens beyond
- * max_seq_len, stop strings lh_stop_strings_check refuses or without a tokenizer),
+ * max_seq_len, stop strings lh_stop_strings_check refuses or without a tokenizer,
+ * top_logprobs outside [0, LH_MAX_TOP_LOGPROBS] or without logprobs),
  * LH_E_UNSUPPORTED (more KV blocks than the whole pool has, with both numbers), LH_E_NOMEM.
  * [concurrent] */
 LH_EXPORT lh_status lh_scheduler_submit(lh_scheduler *s, const lh_request *request,
@@ -542,6 +569,14 @@ typedef enum lh_byte_mode {
 /* A ByteLevel decoder (at the top) is LEVEL; else a ByteFallback anywhere in the decoder is
  * FALLBACK; else a ByteLevel anywhere is LEVEL; else (or no decoder) TEXT. NULL is TEXT. */
 LH_EXPORT lh_byte_mode lh_tokenizer_byte_mode(const lh_tokenizer *t);
+/* The bytes token id stands for, read as lh_byte_mode says (the strings lh_stop_matcher
+ * matches): a byte-level token's bytes and a "<0xNN>" byte-fallback token's byte -- possibly
+ * part of a UTF-8 character, so not always valid UTF-8 -- otherwise the token decoded after
+ * a fixed prefix (so that a leading space survives); special tokens as written. *out is
+ * malloc'ed and NUL-terminated (*len without the NUL), or NULL with *len 0 for an id no
+ * token has. Errors: LH_E_USAGE (a NULL argument), LH_E_NOMEM. [concurrent] */
+LH_EXPORT lh_status lh_tokenizer_token_bytes(const lh_tokenizer *t, int32_t id, char **out,
+                                             size_t *len, lh_err *err);
 
 /* Encodes len bytes of UTF-8 text. add_special_tokens applies the post-processor (e.g. a BOS
  * token), as transformers' tokenizer(text) does by default. *ids (malloc'ed, may be NULL when

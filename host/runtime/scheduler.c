@@ -4,6 +4,7 @@
 #include "core/err.h"
 #include "kv_cache.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -24,6 +25,14 @@ typedef struct req {
     bool admitted;      /* took its slot in the step being planned */
     lh_stop_matcher *stop_m; /* its stop strings (NULL: none) */
     double t_submit, t_last; /* CLOCK_MONOTONIC: submitted, its last token chosen */
+    int64_t cached;     /* prompt tokens from the prefix cache at its first admission */
+    bool seen;          /* admitted at least once */
+    /* log-probabilities of the token just chosen (logprobs asked for) */
+    bool logprobs;
+    int32_t n_top;
+    float lp;
+    int32_t top_ids[LH_MAX_TOP_LOGPROBS];
+    float top_lp[LH_MAX_TOP_LOGPROBS];
     lh_token_fn fn;
     void *user;
     struct req *next;   /* in the incoming or waiting list */
@@ -49,6 +58,7 @@ struct lh_scheduler {
     req **sched;
     int64_t *chunk, *token_start, *n_new, *ctx_len, *slot, *after, *out_rows, *out_of;
     int32_t *tokens, *positions;
+    float *host_row; /* [vocab]: a row of logits read back from the device, for logprobs */
 };
 
 static double now_s(void)
@@ -196,6 +206,7 @@ void lh_scheduler_free(lh_scheduler *s)
     free(s->out_of);
     free(s->tokens);
     free(s->positions);
+    free(s->host_row);
     free(s);
 }
 
@@ -266,6 +277,11 @@ lh_status lh_scheduler_submit(lh_scheduler *s, const lh_request *rq, uint64_t *i
     lh_status st = check_request(s, prompt, len, p, err);
     if (st != LH_OK)
         return st;
+    if (rq->top_logprobs < 0 || rq->top_logprobs > LH_MAX_TOP_LOGPROBS ||
+        (rq->top_logprobs > 0 && !rq->logprobs))
+        return lh_err_set(err, LH_E_USAGE, "submit: top_logprobs = %d %s", rq->top_logprobs,
+                          rq->top_logprobs > 0 && rq->top_logprobs <= LH_MAX_TOP_LOGPROBS
+                              ? "needs logprobs" : "is outside [0, 20]");
     lh_stop_matcher *m = NULL;
     if (rq->n_stop_strings > 0) {
         if (!rq->tokenizer)
@@ -308,6 +324,8 @@ lh_status lh_scheduler_submit(lh_scheduler *s, const lh_request *rq, uint64_t *i
     r->stream = rq->stream;
     r->fn = rq->on_token;
     r->user = rq->user;
+    r->logprobs = rq->logprobs;
+    r->n_top = rq->top_logprobs;
     r->t_submit = now_s();
     pthread_mutex_lock(&s->mu);
     r->id = s->next_id++;
@@ -392,14 +410,26 @@ static req *wait_pop(lh_scheduler *s)
 }
 
 /* The request leaves: its callback hears why, its slot (if any) is freed. */
+/* Tells r's callback about `token` (-1: none), or its end when last. */
+static void notify(const req *r, int32_t token, bool last, lh_stop_reason why)
+{
+    if (!r->fn)
+        return;
+    const bool lp = r->logprobs && token >= 0;
+    const lh_token_event ev = {.id = r->id, .token = token, .last = last, .why = why,
+                               .cached_tokens = r->cached, .logprob = lp ? r->lp : 0.0f,
+                               .n_top = lp ? r->n_top : 0, .top_ids = r->top_ids,
+                               .top_logprobs = r->top_lp};
+    r->fn(r->user, &ev);
+}
+
 static void finish(lh_scheduler *s, req *r, int32_t token, lh_stop_reason why)
 {
     if (r->slot >= 0) {
         lh_runner_release(s->d, r->slot);
         s->running[r->slot] = NULL;
     }
-    if (r->fn)
-        r->fn(r->user, r->id, token, true, why);
+    notify(r, token, true, why);
     req_free(r);
     atomic_fetch_sub(&s->live, 1);
 }
@@ -531,6 +561,9 @@ static lh_status plan(lh_scheduler *s, int64_t *n_out, int64_t *preempted, int64
                                       : 0;
         r->computed = hit;
         *cached += hit;
+        if (!r->seen)
+            r->cached = hit;
+        r->seen = true;
         const int64_t left = r->n_tok - r->computed;
         plan_add(s, &n, &used, r, left < s->budget - used ? left : s->budget - used);
     }
@@ -590,6 +623,50 @@ static bool is_stop(const req *r, int32_t id)
     return false;
 }
 
+/* r's log-probabilities of `id` and of its n_top most likely ids, from the logits row (on
+ * the device): a log-softmax in double, over the raw logits. */
+static lh_status logprobs(lh_scheduler *s, const lh_tensor *row, req *r, int32_t id,
+                          lh_err *err)
+{
+    const int64_t vocab = row->shape[1];
+    const float *x = row->data;
+    if (row->device.kind != LH_DEVICE_CPU) {
+        if (!s->host_row && !(s->host_row = malloc((size_t)vocab * sizeof *s->host_row)))
+            return lh_err_set(err, LH_E_NOMEM, "request %llu: out of memory for logprobs",
+                              (unsigned long long)r->id);
+        lh_tensor host = lh_tensor_cpu(LH_DTYPE_F32, s->host_row, 2, row->shape);
+        if (lh_k_copy(s->kctx, &host, row) != LH_OK)
+            return lh_err_set(err, LH_E_UNSUPPORTED, "request %llu: reading the logits back "
+                              "for logprobs: %s", (unsigned long long)r->id,
+                              lh_k_last_error(s->kctx));
+        x = s->host_row;
+    }
+    double mx = -INFINITY;
+    for (int64_t v = 0; v < vocab; v++)
+        if (x[v] > mx)
+            mx = x[v];
+    double sum = 0;
+    for (int64_t v = 0; v < vocab; v++)
+        sum += exp((double)x[v] - mx);
+    const double lse = mx + log(sum);
+    r->lp = (float)((double)x[id] - lse);
+    /* the n_top largest by insertion into a sorted list: n_top <= 20, so O(vocab x 20) */
+    int32_t n = 0;
+    for (int64_t v = 0; v < vocab && r->n_top > 0; v++) {
+        if (n == r->n_top && !(x[v] > x[r->top_ids[n - 1]]))
+            continue;
+        int32_t k = n < r->n_top ? n++ : n - 1;
+        while (k > 0 && x[v] > x[r->top_ids[k - 1]]) {
+            r->top_ids[k] = r->top_ids[k - 1];
+            k--;
+        }
+        r->top_ids[k] = (int32_t)v;
+    }
+    for (int32_t k = 0; k < n; k++)
+        r->top_lp[k] = (float)((double)x[r->top_ids[k]] - lse);
+    return LH_OK;
+}
+
 /* Chooses row j's next token (logits [rows, vocab] on the device) with r's parameters. */
 static lh_status choose(lh_scheduler *s, const lh_tensor *logits, int64_t j, req *r, int32_t *id,
                         lh_err *err)
@@ -612,7 +689,7 @@ static lh_status choose(lh_scheduler *s, const lh_tensor *logits, int64_t j, req
         return lh_err_set(err, LH_E_UNSUPPORTED, "request %llu: %s choice: %s",
                           (unsigned long long)r->id, r->plain_greedy ? "greedy" : "sampled",
                           lh_k_last_error(s->kctx));
-    return LH_OK;
+    return r->logprobs ? logprobs(s, &row, r, *id, err) : LH_OK;
 }
 
 /* One step; the latencies it observed go to d (merged into the metrics by the caller). */
@@ -691,8 +768,8 @@ static lh_status step_inner(lh_scheduler *s, lh_scheduler_step_info *info,
                 finish(s, r, ids[j], eos ? LH_STOP_EOS : matched ? LH_STOP_STRING
                                                                  : LH_STOP_LENGTH);
                 info->finished++;
-            } else if (r->fn) {
-                r->fn(r->user, r->id, ids[j], false, LH_STOP_LENGTH);
+            } else {
+                notify(r, ids[j], false, LH_STOP_LENGTH);
             }
         }
         free(ids);

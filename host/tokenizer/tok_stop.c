@@ -151,27 +151,28 @@ static bool byte_level_bytes(const char *tok, size_t tl, char *c, size_t *cl)
     return true;
 }
 
-/* id decoded after the prefix, the prefix cut off again; the token alone when the prefix does
- * not survive the decoder. *out malloc'ed. */
-static lh_status decoded_after_prefix(const lh_stop_matcher *m, int32_t id, char **out,
-                                      size_t *len, lh_err *err)
+/* id decoded after the prefix (n_prefix ids of "abcdef"), the prefix cut off again; the token
+ * alone when the prefix does not survive the decoder. *out malloc'ed. */
+static lh_status decoded_after_prefix(const lh_tokenizer *t, const int32_t *prefix,
+                                      size_t n_prefix, int32_t id, char **out, size_t *len,
+                                      lh_err *err)
 {
-    int32_t *seq = malloc((m->n_prefix + 1) * sizeof *seq);
+    int32_t *seq = malloc((n_prefix + 1) * sizeof *seq);
     if (!seq)
         return no_memory(err);
-    if (m->n_prefix)
-        memcpy(seq, m->prefix, m->n_prefix * sizeof *seq);
-    seq[m->n_prefix] = id;
+    if (n_prefix)
+        memcpy(seq, prefix, n_prefix * sizeof *seq);
+    seq[n_prefix] = id;
     char *text = NULL;
     size_t tl = 0;
-    lh_status st = lh_tokenizer_decode(m->t, seq, m->n_prefix + 1, false, &text, &tl, err);
+    lh_status st = lh_tokenizer_decode(t, seq, n_prefix + 1, false, &text, &tl, err);
     free(seq);
     if (st != LH_OK)
         return st;
     const char *at = strstr(text, "abcdef");
     if (!at) {
         free(text);
-        return lh_tokenizer_decode(m->t, &id, 1, false, out, len, err);
+        return lh_tokenizer_decode(t, &id, 1, false, out, len, err);
     }
     at += 6;
     *len = tl - (size_t)(at - text);
@@ -181,17 +182,18 @@ static lh_status decoded_after_prefix(const lh_stop_matcher *m, int32_t id, char
 }
 
 /* The clean string of id (see the top), malloc'ed into *out (NULL with *len 0 for an id no
- * token has: it stands for nothing). */
-static lh_status clean_string(const lh_stop_matcher *m, int32_t id, char **out, size_t *len,
+ * token has: it stands for nothing); prefix: the ids of "abcdef". */
+static lh_status clean_string(const lh_tokenizer *t, lh_byte_mode mode, const int32_t *prefix,
+                              size_t n_prefix, int32_t id, char **out, size_t *len,
                               lh_err *err)
 {
     *out = NULL;
     *len = 0;
-    const char *tok = lh_tokenizer_id_to_token(m->t, id);
+    const char *tok = lh_tokenizer_id_to_token(t, id);
     if (!tok)
         return LH_OK;
     const size_t tl = strlen(tok);
-    if (m->mode == LH_BYTE_MODE_LEVEL) {
+    if (mode == LH_BYTE_MODE_LEVEL) {
         char *c = malloc(tl + 1);
         if (!c)
             return no_memory(err);
@@ -200,7 +202,7 @@ static lh_status clean_string(const lh_stop_matcher *m, int32_t id, char **out, 
             return LH_OK;
         }
         free(c);
-    } else if (m->mode == LH_BYTE_MODE_FALLBACK && tl == 6 && memcmp(tok, "<0x", 3) == 0 &&
+    } else if (mode == LH_BYTE_MODE_FALLBACK && tl == 6 && memcmp(tok, "<0x", 3) == 0 &&
                tok[5] == '>' && hex_digit(tok[3]) >= 0 && hex_digit(tok[4]) >= 0) {
         char *c = malloc(1);
         if (!c)
@@ -210,7 +212,35 @@ static lh_status clean_string(const lh_stop_matcher *m, int32_t id, char **out, 
         *len = 1;
         return LH_OK;
     }
-    return decoded_after_prefix(m, id, out, len, err);
+    return decoded_after_prefix(t, prefix, n_prefix, id, out, len, err);
+}
+
+lh_status lh_tokenizer_token_bytes(const lh_tokenizer *t, int32_t id, char **out, size_t *len,
+                                   lh_err *err)
+{
+    lh_err_clear(err);
+    if (!t || !out || !len)
+        return lh_err_set(err, LH_E_USAGE, "lh_tokenizer_token_bytes: %s is NULL",
+                          !t ? "the tokenizer" : !out ? "out" : "len");
+    bytelevel_init();
+    int32_t *prefix = NULL;
+    size_t n_prefix = 0;
+    lh_status st = lh_tokenizer_encode(t, "abcdef", 6, false, &prefix, &n_prefix, err);
+    if (st == LH_OK)
+        st = clean_string(t, lh_tokenizer_byte_mode(t), prefix, n_prefix, id, out, len, err);
+    free(prefix);
+    /* a NUL-terminated copy for callers that print it */
+    if (st == LH_OK && *out) {
+        char *c = realloc(*out, *len + 1);
+        if (!c) {
+            free(*out);
+            *out = NULL;
+            return no_memory(err);
+        }
+        c[*len] = '\0';
+        *out = c;
+    }
+    return st;
 }
 
 /* Room for extra more bytes in the buffer; false (the buffer unchanged) when none is left. */
@@ -268,7 +298,8 @@ lh_status lh_stop_matcher_add_context(lh_stop_matcher *m, const int32_t *ids, si
     lh_status st = c && cl ? LH_OK : no_memory(err);
     size_t total = 0;
     for (size_t i = 0; st == LH_OK && i < take; i++)
-        if ((st = clean_string(m, tail[i], &c[i], &cl[i], err)) == LH_OK)
+        if ((st = clean_string(m->t, m->mode, m->prefix, m->n_prefix, tail[i], &c[i], &cl[i],
+                               err)) == LH_OK)
             total += cl[i];
     if (st == LH_OK && !buf_reserve(m, total))
         st = no_memory(err);
@@ -296,7 +327,7 @@ lh_status lh_stop_matcher_step(lh_stop_matcher *m, int32_t id, bool *matched, si
         return lh_err_set(err, LH_E_USAGE, "token id %d is negative", (int)id);
     char *c = NULL;
     size_t cl = 0;
-    lh_status st = clean_string(m, id, &c, &cl, err);
+    lh_status st = clean_string(m->t, m->mode, m->prefix, m->n_prefix, id, &c, &cl, err);
     if (st != LH_OK)
         return st;
     if (!buf_reserve(m, cl)) {

@@ -267,8 +267,8 @@ class TestCommands(CliTestCase):
 
     def test_unknown_command_before_its_options(self):
         # the command is judged first: its options mean nothing without it (issue 18, class 3)
-        for args in (("serve", "--host", "127.0.0.1", "--port", "8000"),
-                     ("serve", "--bogus"), ("explian", "--json", cfg("llama-3.1-8b"))):
+        for args in (("deploy", "--host", "127.0.0.1", "--port", "8000"),
+                     ("deploy", "--bogus"), ("explian", "--json", cfg("llama-3.1-8b"))):
             with self.subTest(args=args):
                 err = self.assert_error(cli(*args), 2, "usage",
                                         "unknown command '%s'" % args[0],
@@ -276,7 +276,31 @@ class TestCommands(CliTestCase):
                 self.assertNotIn("option", err)
         err = self.assert_error(cli("explian", cfg("llama-3.1-8b")), 2, "usage",
                                 "did you mean 'explain'")
-        self.assertNotIn("did you mean", cli("serve")[2])  # nothing is near 'serve'
+        self.assertNotIn("did you mean", cli("deploy")[2])  # nothing is near 'deploy'
+
+    def test_serve_refusals(self):
+        # flags are checked before anything loads; a model that cannot open is its own class;
+        # an address that cannot be bound is a usage error naming it (the server's own suite
+        # is tests/server)
+        chat = os.path.join(FIXTURES, "models", "llama-chat-f32")
+        rc, out, err = cli("serve")
+        self.assertEqual(rc, 2)
+        self.assertIn("MODEL is required", err)
+        for flag, value, needle in (("--port", "70000", "from 0 to 65535"),
+                                    ("--max-requests", "0", "from 1 to 100000"),
+                                    ("--timeout", "x", "from 1 to 86400"),
+                                    ("--max-body-bytes", "10", "from 1024")):
+            with self.subTest(flag=flag):
+                rc, out, err = cli("serve", chat, flag, value)
+                self.assertEqual(rc, 2, err)
+                self.assertIn(flag, err)
+                self.assertIn(needle, err)
+        self.assert_error(cli("serve", os.path.join(FIXTURES, "nowhere")), 13, "io-error",
+                          "does not exist")
+        self.assert_error(cli("serve", chat, "--host", "no-such-host.invalid", "--port", "0"),
+                          2, "usage", "--host 'no-such-host.invalid'")
+        self.assert_error(cli("serve", chat, "--host", "192.0.2.1", "--port", "0"), 2, "usage",
+                          "cannot listen on 192.0.2.1:0")
 
     def test_unknown_option_exits_2(self):
         rc, out, err = cli("resolve", "--frobnicate", cfg("llama-3.1-8b"))

@@ -13,6 +13,7 @@
 #include "llmhost.h"
 #include "rt_host.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -40,6 +41,7 @@ typedef struct outcome {
     bool ended;
     lh_stop_reason why;
     int32_t last_token;
+    int64_t cached; /* the events' cached_tokens */
     int bad; /* a callback after the end, or past MAX_NEW */
 } outcome;
 
@@ -49,10 +51,14 @@ typedef struct collector {
     pthread_mutex_t mu; /* submitters and the stepping thread */
 } collector;
 
-static void on_token(void *user, uint64_t id, int32_t token, bool last, lh_stop_reason why)
+static void on_token(void *user, const lh_token_event *ev)
 {
     collector *c = user;
-    outcome *o = &c->out[id - c->first_id];
+    const int32_t token = ev->token;
+    const bool last = ev->last;
+    const lh_stop_reason why = ev->why;
+    outcome *o = &c->out[ev->id - c->first_id];
+    o->cached = ev->cached_tokens;
     if (o->ended) {
         o->bad++;
         return;
@@ -587,6 +593,7 @@ static void test_prefix_caching(void)
         printf("\n    prefix caching %s: the second request took %lld of its %lld prompt tokens "
                "from the cache", mode > 0 ? "on" : "off", (long long)cached, (long long)lb);
         CU_ASSERT_EQUAL(cached, mode > 0 ? 144 : 0);
+        CU_ASSERT_EQUAL(c->out[0].cached, cached); /* the request hears it too */
         CU_ASSERT_EQUAL(memcmp(c->out[0].tokens, ref_b, sizeof ref_b), 0);
         /* three identical prompts at once: none can hit the others (nothing is published
          * before a step ends); then the same prompt again takes every whole block but the
@@ -673,6 +680,97 @@ static void test_ownership_rope_and_stream(void)
     }
 }
 
+/* Log-probabilities in the token events: the raw model distribution of each step, as
+ * lh_engine_logits gives it for the prompt and the tokens so far. */
+typedef struct lp_seen {
+    int64_t n;
+    int32_t tokens[MAX_NEW];
+    float lp[MAX_NEW], top_lp[MAX_NEW][5];
+    int32_t top_ids[MAX_NEW][5], n_top[MAX_NEW];
+    int64_t cached;
+} lp_seen;
+
+static void on_lp(void *user, const lh_token_event *ev)
+{
+    lp_seen *c = user;
+    if (ev->token < 0 || c->n == MAX_NEW)
+        return;
+    const int64_t k = c->n++;
+    c->tokens[k] = ev->token;
+    c->lp[k] = ev->logprob;
+    c->n_top[k] = ev->n_top;
+    for (int32_t i = 0; i < ev->n_top && i < 5; i++) {
+        c->top_ids[k][i] = ev->top_ids[i];
+        c->top_lp[k][i] = ev->top_logprobs[i];
+    }
+    c->cached = ev->cached_tokens;
+}
+
+static void test_logprobs(void)
+{
+    lh_engine *e = open_engine("llama-mha-f32", "paged", NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    const int64_t vocab = lh_engine_vocab_size(e);
+    int32_t seq[MAX_LEN + MAX_NEW];
+    const int64_t len = make_prompt(11, seq, vocab);
+    lh_generate_params p = params(e, false, 0);
+    CU_ASSERT_EQUAL_FATAL(alone(e, &p, seq, len, seq + len), MAX_NEW);
+    float *logits = malloc((size_t)(len + MAX_NEW) * (size_t)vocab * sizeof *logits);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
+    lh_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lh_engine_logits(e, seq, len + MAX_NEW, logits, &err), LH_OK);
+    lh_scheduler *s = NULL;
+    CU_ASSERT_EQUAL_FATAL(lh_scheduler_create(e, NULL, &s, &err), LH_OK);
+    lp_seen *c = calloc(1, sizeof *c);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    const lh_request rq = {.struct_size = sizeof rq, .prompt = seq, .prompt_len = len,
+                           .params = &p, .on_token = on_lp, .user = c, .logprobs = true,
+                           .top_logprobs = 5};
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, &rq, NULL, &err), LH_OK);
+    drain(s);
+    CU_ASSERT_EQUAL_FATAL(c->n, MAX_NEW);
+    double worst = 0;
+    for (int64_t k = 0; k < MAX_NEW; k++) {
+        CU_ASSERT_EQUAL(c->tokens[k], seq[len + k]);
+        /* greedy: the chosen token is the most likely one */
+        CU_ASSERT_EQUAL(c->n_top[k], 5);
+        CU_ASSERT_EQUAL(c->top_ids[k][0], c->tokens[k]);
+        CU_ASSERT_EQUAL(c->top_lp[k][0], c->lp[k]);
+        const float *row = logits + (size_t)(len - 1 + k) * (size_t)vocab;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t v = 0; v < vocab; v++)
+            mx = row[v] > mx ? row[v] : mx;
+        for (int64_t v = 0; v < vocab; v++)
+            sum += exp((double)row[v] - mx);
+        for (int i = 0; i < 5; i++) {
+            const double want = (double)row[c->top_ids[k][i]] - mx - log(sum);
+            worst = fmax(worst, fabs(want - (double)c->top_lp[k][i]));
+            if (i > 0) /* most likely first, and nothing left out is more likely */
+                CU_ASSERT(c->top_lp[k][i] <= c->top_lp[k][i - 1]);
+        }
+        int above = 0;
+        for (int64_t v = 0; v < vocab; v++)
+            above += row[v] > row[c->top_ids[k][4]];
+        CU_ASSERT(above <= 4);
+    }
+    printf("\n    logprobs vs lh_engine_logits: max |d| %.2e", worst);
+    CU_ASSERT(worst < 1e-4);
+    CU_ASSERT_EQUAL(c->cached, 0);
+    /* refused: more alternatives than 20, alternatives without logprobs */
+    lh_request bad = rq;
+    bad.top_logprobs = LH_MAX_TOP_LOGPROBS + 1;
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, &bad, NULL, &err), LH_E_USAGE);
+    CHECK_MSG(err, "top_logprobs = 21 is outside [0, 20]");
+    bad.top_logprobs = 3;
+    bad.logprobs = false;
+    CU_ASSERT_EQUAL(lh_scheduler_submit(s, &bad, NULL, &err), LH_E_USAGE);
+    CHECK_MSG(err, "needs logprobs");
+    free(c);
+    free(logits);
+    lh_scheduler_free(s);
+    lh_engine_close(e);
+}
+
 static int suite_init(void)
 {
     return (host = rt_builtin_host()) ? 0 : 1;
@@ -698,6 +796,7 @@ static CU_TestInfo tests[] = {
      test_prefix_caching},
     {"slot ownership, RoPE that depends on the length refused, per-request streams",
      test_ownership_rope_and_stream},
+    {"log-probabilities of each token and its alternatives", test_logprobs},
     CU_TEST_INFO_NULL,
 };
 

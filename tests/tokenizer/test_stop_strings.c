@@ -552,6 +552,51 @@ static void test_no_match_and_unknown_ids(void)
     lh_tokenizer_free(t);
 }
 
+/* lh_tokenizer_token_bytes: the strings the matcher reads, one token at a time. */
+static void expect_bytes(const lh_tokenizer *t, int32_t id, const char *want, size_t want_len)
+{
+    char *b = NULL;
+    size_t n = 99;
+    lh_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(lh_tokenizer_token_bytes(t, id, &b, &n, &err), LH_OK);
+    CU_ASSERT_EQUAL(n, want_len);
+    if (want) {
+        CU_ASSERT(b && memcmp(b, want, want_len) == 0 && b[n] == '\0');
+    } else {
+        CU_ASSERT_PTR_NULL(b);
+    }
+    free(b);
+}
+
+static void test_token_bytes(void)
+{
+    lh_tokenizer *t = load("bpe_gpt2.json");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    /* byte-level: a token that ends inside a character gives exactly its bytes */
+    const int32_t split = lh_tokenizer_token_to_id(t, "\xC3\x98\xC2\xA7\xC3\x99\xC4\xA6\xC3\x98");
+    CU_ASSERT_FATAL(split >= 0);
+    expect_bytes(t, split, "\xD8\xA7\xD9\x84\xD8", 5);
+    const int32_t sp_the = lh_tokenizer_token_to_id(t, "\xC4\xA0the"); /* "Ġthe" */
+    CU_ASSERT_FATAL(sp_the >= 0);
+    expect_bytes(t, sp_the, " the", 4);
+    const int32_t end = lh_tokenizer_token_to_id(t, "<|end_of_text|>");
+    expect_bytes(t, end, "<|end_of_text|>", 15); /* special tokens as written */
+    expect_bytes(t, lh_tokenizer_vocab_size(t) + 5, NULL, 0); /* no such token */
+    char *b = NULL;
+    size_t n = 0;
+    lh_err err = {0};
+    CU_ASSERT_EQUAL(lh_tokenizer_token_bytes(NULL, 1, &b, &n, &err), LH_E_USAGE);
+    CHECK_MSG(err, "the tokenizer is NULL");
+    CU_ASSERT_EQUAL(lh_tokenizer_token_bytes(t, 1, NULL, &n, &err), LH_E_USAGE);
+    lh_tokenizer_free(t);
+    /* byte fallback: <0xNN> is its byte; a text token keeps its leading space */
+    t = load("sp_llama2.json");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    expect_bytes(t, lh_tokenizer_token_to_id(t, "<0xE2>"), "\xE2", 1);
+    expect_bytes(t, lh_tokenizer_token_to_id(t, "\xE2\x96\x81" "a"), " a", 2);
+    lh_tokenizer_free(t);
+}
+
 int main(int argc, char **argv)
 {
     static CU_TestInfo tests[] = {
@@ -564,6 +609,7 @@ int main(int argc, char **argv)
         {"inside_utf8_characters", test_inside_utf8_characters},
         {"text_tokenizer", test_text_tokenizer},
         {"no_match_and_unknown_ids", test_no_match_and_unknown_ids},
+        {"token_bytes", test_token_bytes},
         CU_TEST_INFO_NULL,
     };
     static CU_SuiteInfo suites[] = {
