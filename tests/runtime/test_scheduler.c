@@ -553,13 +553,13 @@ static void test_prefix_caching(void)
 {
     char dir[1200];
     snprintf(dir, sizeof dir, "%s/models/llama-mha-f32", lh_test_env("LH_FIXTURES"));
-    const char *ov[] = {"max_batch_size=4", "max_seq_len=256", NULL};
+    const char *ov[] = {"max_batch_size=4", "max_seq_len=1100", NULL};
     lh_engine_options eo = {.struct_size = sizeof eo, .model = dir, .overrides = ov};
     lh_engine *e = NULL;
     lh_err err = {0};
     CU_ASSERT_EQUAL_FATAL(lh_engine_open(host, &eo, &e, &err), LH_OK);
-    /* a 150-token system prompt, then each request's own words */
-    enum { SYS = 150 };
+    /* a 1,000-token system prompt, then each request's own words */
+    enum { SYS = 1000 };
     int32_t a[SYS + 10], b[SYS + 7];
     int32_t tail[40];
     for (int i = 0; i < SYS; i++)
@@ -586,13 +586,13 @@ static void test_prefix_caching(void)
         /* cold the first time; the second time round (off) the pool holds A's blocks */
         CU_ASSERT_EQUAL(run_all(s, c, pa, &la, 1, &p), 0);
         CU_ASSERT_EQUAL(memcmp(c->out[0].tokens, ref_a, sizeof ref_a), 0);
-        /* the second prefills only what follows the system prompt's whole blocks (9 of 16:
-         * 144 tokens) when the cache is on; nothing is taken from it when off */
+        /* the second prefills only what follows the system prompt's whole blocks (62 of 16:
+         * 992 tokens) when the cache is on; nothing is taken from it when off */
         memset(c, 0, sizeof *c);
         const int64_t cached = run_all(s, c, pb, &lb, 1, &p);
         printf("\n    prefix caching %s: the second request took %lld of its %lld prompt tokens "
                "from the cache", mode > 0 ? "on" : "off", (long long)cached, (long long)lb);
-        CU_ASSERT_EQUAL(cached, mode > 0 ? 144 : 0);
+        CU_ASSERT_EQUAL(cached, mode > 0 ? 992 : 0);
         CU_ASSERT_EQUAL(c->out[0].cached, cached); /* the request hears it too */
         CU_ASSERT_EQUAL(memcmp(c->out[0].tokens, ref_b, sizeof ref_b), 0);
         /* three identical prompts at once: none can hit the others (nothing is published
@@ -605,8 +605,8 @@ static void test_prefix_caching(void)
         for (int i = 0; i < 3; i++)
             CU_ASSERT_EQUAL(memcmp(c->out[i].tokens, ref_a, sizeof ref_a), 0);
         memset(c, 0, sizeof *c);
-        /* 160 prompt tokens: 9 whole blocks (144) leave at least the last token to compute */
-        CU_ASSERT_EQUAL(run_all(s, c, pa, &la, 1, &p), mode > 0 ? 144 : 0);
+        /* 1,010 prompt tokens: 63 whole blocks (1,008) leave the last two to compute */
+        CU_ASSERT_EQUAL(run_all(s, c, pa, &la, 1, &p), mode > 0 ? 1008 : 0);
         CU_ASSERT_EQUAL(memcmp(c->out[0].tokens, ref_a, sizeof ref_a), 0);
         free(c);
         lh_scheduler_free(s);

@@ -4,10 +4,11 @@ llama.cpp (tools/bench/llamacpp_side_by_side.py; docs/benchmarks.md, "GGUF side 
 llama.cpp"). A benchmark helper, not a test fixture: never use these files for correctness.
 
     gen_bench_gguf.py [--out DIR] [--shape smollm2-135m|llama-3.2-1b ...]
-                      [--type BF16|Q8_0|Q4_0|Q4_K_M ...] [--force]
+                      [--type BF16|Q8_0|Q4_0|Q4_K_M ...] [--vocab-from FILE.gguf] [--force]
 
 Writes DIR/{shape}-{type}.gguf (default DIR ~/.cache/llmhost/bench; default every shape and
-every type; a file already there is kept unless --force). Needs gguf (gguf-py, llama.cpp's
+every type; a file already there is kept unless --force); with --vocab-from,
+DIR/{shape}-vocab{N}-{type}.gguf instead (below). Needs gguf (gguf-py, llama.cpp's
 own writer) and numpy in a virtual environment outside the repository:
     python3 -m venv /tmp/llamacpp-venv && /tmp/llamacpp-venv/bin/pip install gguf numpy
 
@@ -27,6 +28,14 @@ The files are written the way llama.cpp's convert_hf_to_gguf.py writes a Llama c
   - tokenizer: none. tokenizer.ggml.model "none" is llama.cpp's "no vocabulary" model (it then
     makes llama.vocab_size dummy tokens); the benchmarks feed token ids, so no vocabulary is
     needed, and llmhost reads such a file for token-id runs.
+  - --vocab-from FILE.gguf (for servers, which decode the tokens they return into text):
+    every tokenizer.* key of FILE (tokenizer.ggml.model, pre, tokens, token_type, merges, the
+    special token ids, add_bos_token, chat_template ...) is copied with its type, and the
+    shape's vocabulary becomes FILE's token count (the embedding, tied head and
+    llama.vocab_size with it); e.g. --shape llama-3.2-1b --vocab-from
+    SmolLM2-135M-Instruct.Q4_1.gguf gives the 1B shape with SmolLM2's 49152-token BPE
+    vocabulary, llama-3.2-1b-vocab49152-{type}.gguf. The other tensors hold the same values as
+    in the vocabulary-less files.
 Weights are normal draws with std 0.02 (the norms 1.0), seeded by tensor name, so the files of
 one shape hold the same values in each type and nothing overflows.
 
@@ -76,8 +85,37 @@ def default_out() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llmhost" / "bench"
 
 
-def file_name(shape: str, tname: str) -> str:
+def file_name(shape: str, tname: str, vocab: "Vocab | None" = None) -> str:
+    if vocab is not None:
+        return f"{shape}-vocab{vocab.n}-{tname}.gguf"
     return f"{shape}-{tname}.gguf"
+
+
+class Vocab:
+    """The tokenizer.* keys of a GGUF file, with their types, to write into another file."""
+
+    def __init__(self, path: Path) -> None:
+        r = gguf.GGUFReader(str(path))
+        self.path = path
+        self.kv = []  # (key, value, value type, array element type or None)
+        n = None
+        for key, f in r.fields.items():
+            if not key.startswith("tokenizer."):
+                continue
+            vtype = f.types[0]
+            sub = f.types[1] if vtype == gguf.GGUFValueType.ARRAY and len(f.types) > 1 else None
+            if vtype == gguf.GGUFValueType.ARRAY and sub is None:
+                raise SystemExit(f"{path}: {key}: nested or untyped array, not copied")
+            self.kv.append((key, f.contents(), vtype, sub))
+            if key == "tokenizer.ggml.tokens":
+                n = len(f.data)
+        if n is None:
+            raise SystemExit(f"{path}: no tokenizer.ggml.tokens: not a file with a vocabulary")
+        self.n = n
+
+    def write(self, w) -> None:
+        for key, val, vtype, sub in self.kv:
+            w.add_key_value(key, val, vtype, sub_type=sub)
 
 
 def tensors(s: dict):
@@ -118,12 +156,15 @@ def values(name: str, shape, norm: bool, s: dict) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-def write_gguf(path: Path, shape: str, tname: str) -> None:
-    s = SHAPES[shape]
+def write_gguf(path: Path, shape: str, tname: str, vocab: Vocab | None = None) -> None:
+    s = dict(SHAPES[shape])
+    if vocab is not None:
+        s["vocab"] = vocab.n
     qtype, ftype = TYPES[tname]
     tmp = path.with_name(path.name + ".part")
     w = gguf.GGUFWriter(str(tmp), "llama")
-    w.add_name(f"llmhost bench {shape} random weights ({tname})")
+    w.add_name(f"llmhost bench {shape} random weights ({tname})" +
+               (f", vocabulary of {vocab.path.name}" if vocab is not None else ""))
     w.add_file_type(ftype)
     w.add_context_length(s["context"])
     w.add_embedding_length(s["hidden"])
@@ -135,7 +176,10 @@ def write_gguf(path: Path, shape: str, tname: str) -> None:
     w.add_rope_freq_base(s["rope_theta"])
     w.add_rope_dimension_count(s["hidden"] // s["heads"])
     w.add_vocab_size(s["vocab"])
-    w.add_tokenizer_model("none")
+    if vocab is None:
+        w.add_tokenizer_model("none")
+    else:
+        vocab.write(w)
     for name, shp, norm in tensors(s):
         a = values(name, shp, norm, s)
         if norm:
@@ -186,28 +230,31 @@ def main(argv=None) -> int:
                     help="a type (repeatable; default all)")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp quantizer threads")
     ap.add_argument("--force", action="store_true", help="rewrite files that exist")
+    ap.add_argument("--vocab-from", type=Path, default=None, metavar="FILE.gguf",
+                    help="copy FILE's tokenizer (tokenizer.* keys) and vocabulary size")
     args = ap.parse_args(argv)
+    vocab = Vocab(args.vocab_from) if args.vocab_from is not None else None
     args.out.mkdir(parents=True, exist_ok=True)
     shapes = args.shape or list(SHAPES)
     types = args.types or ALL_TYPES
     for shape in shapes:
         for tname in types:
-            path = args.out / file_name(shape, tname)
+            path = args.out / file_name(shape, tname, vocab)
             if path.exists() and not args.force:
                 print(f"{path}: exists, kept")
                 continue
             t0 = time.perf_counter()
             if tname == "Q4_K_M":
-                src = args.out / file_name(shape, "BF16")
+                src = args.out / file_name(shape, "BF16", vocab)
                 if not src.exists():
-                    write_gguf(src, shape, "BF16")
+                    write_gguf(src, shape, "BF16", vocab)
                 if not quantize_q4_k_m(src, path, args.threads):
                     print(f"{path}: skipped (Q4_K_M is made by llama.cpp's quantizer through "
                           "llama-cpp-python, which is not importable here)")
                     continue
                 how = "quantized from BF16 by llama.cpp (llama_model_quantize, Q4_K_M)"
             else:
-                write_gguf(path, shape, tname)
+                write_gguf(path, shape, tname, vocab)
                 how = "written by gguf-py"
             print(f"{path}: {path.stat().st_size / 1e6:.1f} MB, {how}, "
                   f"{time.perf_counter() - t0:.1f} s")
