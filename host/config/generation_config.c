@@ -3,6 +3,7 @@
 
 #include "core/err.h"
 #include "core/fileio.h"
+#include "core/json_kind.h"
 #include "core/strutil.h"
 
 #include <errno.h>
@@ -29,20 +30,6 @@ void lh_generation_config_free(lh_generation_config *g)
     g->n_eos = 0;
 }
 
-static const char *kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* a number key: 0 absent/null, 1 read, else the error status */
 static lh_status get_number(const json_t *root, const char *src, const char *key, double lo,
                             bool lo_open, double hi, const char *range, float *out, lh_err *err)
@@ -51,7 +38,8 @@ static lh_status get_number(const json_t *root, const char *src, const char *key
     if (!v || json_is_null(v))
         return LH_OK;
     if (!json_is_number(v))
-        return lh_err_set(err, LH_E_CONFIG, "%s: %s must be a number, got %s", src, key, kind(v));
+        return lh_err_set(err, LH_E_CONFIG, "%s: %s must be a number, got %s", src, key,
+                          lh_json_kind(v));
     double x = json_number_value(v);
     if (!isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi)
         return lh_err_set(err, LH_E_CONFIG, "%s: %s=%g must be %s", src, key, x, range);
@@ -64,7 +52,7 @@ static lh_status get_id(const json_t *v, const char *src, const char *what, int3
 {
     if (!json_is_integer(v))
         return lh_err_set(err, LH_E_CONFIG, "%s: %s must be an integer token id, got %s", src,
-                          what, kind(v));
+                          what, lh_json_kind(v));
     json_int_t x = json_integer_value(v);
     if (x < 0 || x > INT32_MAX)
         return lh_err_set(err, LH_E_CONFIG, "%s: %s=%lld is not a token id (0 to %d)", src, what,
@@ -83,7 +71,7 @@ static lh_status parse_fields(const json_t *root, const char *src, lh_generation
     if (v && !json_is_null(v)) {
         if (!json_is_boolean(v))
             return lh_err_set(err, LH_E_CONFIG, "%s: do_sample must be true or false, got %s",
-                              src, kind(v));
+                              src, lh_json_kind(v));
         g->do_sample = json_is_true(v);
     }
     lh_status st;
@@ -101,7 +89,7 @@ static lh_status parse_fields(const json_t *root, const char *src, lh_generation
     if (v && !json_is_null(v)) {
         if (!json_is_integer(v))
             return lh_err_set(err, LH_E_CONFIG, "%s: top_k must be an integer, got %s", src,
-                              kind(v));
+                              lh_json_kind(v));
         if (json_integer_value(v) < 0)
             return lh_err_set(err, LH_E_CONFIG, "%s: top_k=%lld must be >= 0", src,
                               (long long)json_integer_value(v));
@@ -119,7 +107,7 @@ static lh_status parse_eos(const json_t *root, const char *src, lh_generation_co
         size_t n = json_is_array(v) ? json_array_size(v) : 1;
         if (!json_is_array(v) && !json_is_integer(v))
             return lh_err_set(err, LH_E_CONFIG, "%s: eos_token_id must be an integer or a list "
-                              "of integers, got %s", src, kind(v));
+                              "of integers, got %s", src, lh_json_kind(v));
         g->eos_ids = malloc((n ? n : 1) * sizeof *g->eos_ids);
         if (!g->eos_ids)
             return lh_err_set(err, LH_E_NOMEM, "%s: out of memory", src);
@@ -154,7 +142,7 @@ lh_status lh_generation_config_parse(const char *text, size_t len, const char *s
     lh_status st = LH_OK;
     if (!json_is_object(root))
         st = lh_err_set(err, LH_E_CONFIG, "%s: the top level must be a JSON object, got %s",
-                        source, kind(root));
+                        source, lh_json_kind(root));
     else
         st = parse_fields(root, source, g, err);
     json_decref(root);

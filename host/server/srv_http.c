@@ -46,6 +46,8 @@ static enum MHD_Result send_text(lh_srv_conn *x, int status, const char *type, c
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 401)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == 405 && x->allow) /* RFC 9110: a 405 names the methods the path takes */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, x->allow);
     x->status = status;
     x->started = true; /* one response per request: a body still arriving is dropped */
     const enum MHD_Result ok = MHD_queue_response(x->mc, (unsigned)status, r);
@@ -166,6 +168,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         for (size_t i = 0; i < N_ROUTES && !r; i++)
             if (strcmp(url, routes[i].path) == 0) {
                 path_known = true;
+                x->allow = strcmp(routes[i].method, "GET") == 0 ? "GET, HEAD" : "POST";
                 if (strcmp(method, routes[i].method) == 0 ||
                     (strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0))
                     r = &routes[i];

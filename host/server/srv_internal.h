@@ -41,6 +41,7 @@ typedef struct lh_srv_conn {
     struct MHD_Connection *mc;
     int fd;               /* the client's socket: polled for a hang-up while generating */
     const char *path;     /* the route (static) */
+    const char *allow;    /* the methods of a known path (static), for a 405 */
     lh_strbuf body;
     bool too_big, started;
     bool counted;         /* holds one of srv->in_flight */

@@ -1,5 +1,6 @@
 #include "srv_request.h"
 
+#include "core/json_kind.h"
 #include "core/strutil.h"
 
 #include <jansson.h>
@@ -19,24 +20,10 @@ static const char *const chat_fields[] = {"messages", "max_completion_tokens", "
                                           "response_format", "tools", "tool_choice"};
 #define COUNT(a) (sizeof a / sizeof *a)
 
-static const char *type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 static int bad_type(lh_srv_error *e, const char *field, const char *want, const json_t *v)
 {
     return lh_srv_fail(e, 400, "invalid_type", field, "'%s' must be %s, not %s", field, want,
-                       type_name(v));
+                       lh_json_kind(v));
 }
 
 /* The value of key, or NULL when absent or null (OpenAI treats null as not given). */
@@ -138,7 +125,7 @@ static int parse_ids(json_t *arr, const char *field, int32_t **ids, size_t *n, l
             json_integer_value(x) > INT32_MAX)
             return lh_srv_fail(e, 400, json_is_integer(x) ? "invalid_value" : "invalid_type",
                                field, "'%s'[%zu] must be a token id (an integer from 0 to "
-                               "%d), not %s", field, i, INT32_MAX, type_name(x));
+                               "%d), not %s", field, i, INT32_MAX, lh_json_kind(x));
         (*ids)[i] = (int32_t)json_integer_value(x);
     }
     *n = len;
@@ -473,7 +460,7 @@ int lh_srv_req_parse(lh_srv_kind kind, const char *body, size_t len, lh_srv_req 
                            "(line %d, column %d)", je.text, je.line, je.column);
     int rc = json_is_object(o) ? parse_object(o, out, e)
                                : lh_srv_fail(e, 400, "invalid_type", NULL, "the body must be "
-                                             "a JSON object, not %s", type_name(o));
+                                             "a JSON object, not %s", lh_json_kind(o));
     json_decref(o);
     return rc;
 }
