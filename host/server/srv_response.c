@@ -54,12 +54,12 @@ static json_t *completion_logprobs(const lh_tokenizer *tok, const lh_srv_token *
     for (size_t i = 0; tokens && lps && tops && offs && i < n; i++) {
         json_array_append_new(tokens, token_string(tok, t[i].id, NULL));
         json_array_append_new(lps, json_real((double)t[i].logprob));
-        /* a map from token string to logprob (OpenAI's shape: two ids that read the same
-         * share one key, the more likely kept) */
+        /* a map from token string to logprob, most likely first (OpenAI's shape: two ids
+         * that read the same share one key, the more likely kept) */
         json_t *top = json_object();
-        for (int32_t k = t[i].n_top - 1; top && k >= 0; k--) {
+        for (int32_t k = 0; top && k < t[i].n_top; k++) {
             json_t *s = token_string(tok, t[i].top_ids[k], NULL);
-            if (s)
+            if (s && !json_object_get(top, json_string_value(s)))
                 json_object_set_new(top, json_string_value(s),
                                     json_real((double)t[i].top_logprobs[k]));
             json_decref(s);
