@@ -1,10 +1,13 @@
 # The two commands of README.md:
 #   make run    set up, build, and run the main job (generation on the default model)
-#   make test   set up, build, and run every test: a normal build and an ASan+UBSan build
+#   make test   set up, build, and run every test: a normal build (and its CLI suite again under
+#               valgrind), an ASan+UBSan build, the fuzzers, and the threaded suites under TSan
 # Both install missing Debian packages first when run as root.
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+# ThreadSanitizer (gcc): only the tests of the `threads` suite, and what they need, are built
+TSAN_BUILD ?= build-tsan
 # libFuzzer harnesses (clang, ASan+UBSan, coverage); FUZZ_SECONDS per harness in `make test`,
 # FUZZ_LONG_SECONDS in `make fuzz`
 FUZZ_BUILD ?= build-fuzz
@@ -20,7 +23,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 DEBIAN_PACKAGES = gcc g++ libc6-dev pkg-config meson ninja-build python3 python3-venv binutils \
                   libjansson-dev libyaml-dev libcunit1-dev libpcre2-dev libutf8proc-dev \
-                  libmicrohttpd-dev clang
+                  libmicrohttpd-dev clang valgrind
 
 # Python packages of the tools the tests cover (tools/default_model) and of the server tests,
 # in a virtual environment
@@ -35,8 +38,8 @@ ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
 export PATH := $(PATH):/usr/local/cuda/bin
 endif
 
-.PHONY: all deps build build-asan build-fuzz pyenv default-model run explain test test-normal \
-        test-asan test-fuzz fuzz bench clean
+.PHONY: all deps build build-asan build-fuzz build-tsan pyenv default-model run explain test \
+        test-normal test-asan test-fuzz test-tsan test-valgrind fuzz bench clean
 
 all: build
 
@@ -58,6 +61,14 @@ build: deps $(BUILD)/build.ninja
 build-asan: deps $(ASAN_BUILD)/build.ninja
 	meson configure $(ASAN_BUILD) $(MESON_COMMON)
 	ninja -C $(ASAN_BUILD)
+
+$(TSAN_BUILD)/build.ninja: | deps
+	CC=gcc meson setup $(TSAN_BUILD) $(MESON_COMMON) -Db_sanitize=thread \
+	  -Dbuildtype=debugoptimized -Dcuda=disabled
+
+# (configured only: `meson test --suite threads` builds just what those tests need)
+build-tsan: deps $(TSAN_BUILD)/build.ninja
+	meson configure $(TSAN_BUILD) $(MESON_COMMON)
 
 # clang, because libFuzzer comes with it; only the harnesses (and what they link) are built
 FUZZ_HARNESSES = model_config generation_config run_config arch_index safetensors gguf \
@@ -98,6 +109,25 @@ test-asan: build-asan pyenv
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  meson test -C $(ASAN_BUILD) --print-errorlogs --num-processes $(JOBS)
 
+# The CLI suite (tests/cli/test_cli.py) of the normal build again, every llmhost run under
+# valgrind's memcheck (the `valgrind` test setup, tests/cli/meson.build), its tests spread over
+# JOBS processes (valgrind runs each llmhost on one core); its log is
+# $(BUILD)/meson-logs/testlog-valgrind.json, so the normal run's testlog.json stays.
+VALGRIND_LOG = $(BUILD)/meson-logs/testlog-valgrind.json
+test-valgrind: build
+	@rm -f $(VALGRIND_LOG)
+	-LH_TEST_SHARDS=$(JOBS) meson test -C $(BUILD) --setup valgrind --no-rebuild \
+	  --print-errorlogs cli
+
+# The `threads` suite (tests/meson.build) under ThreadSanitizer: any report ends the process
+# with status 66 (halt_on_error), which fails its test; the server tests also look for
+# reports in every server's stderr.
+TSAN_OPTIONS_TEST = halt_on_error=1:exitcode=66:second_deadlock_stack=1
+test-tsan: build-tsan pyenv
+	@rm -f $(TSAN_BUILD)/meson-logs/testlog.json
+	-$(PYTEST_ENV) TSAN_OPTIONS=$(TSAN_OPTIONS_TEST) \
+	  meson test -C $(TSAN_BUILD) --suite threads --print-errorlogs --num-processes $(JOBS)
+
 # Every harness for FUZZ_SECONDS from its committed corpus (tests/fuzz/run_fuzz.py)
 test-fuzz: build-fuzz
 	-LH_FUZZ_SECONDS=$(FUZZ_SECONDS) meson test -C $(FUZZ_BUILD) --no-rebuild --suite fuzz \
@@ -110,8 +140,9 @@ fuzz: build-fuzz
 	  --num-processes $(JOBS)
 
 # Runs every suite to the end, then one closing line counting every test; fails if any failed.
-test: test-normal test-asan test-fuzz
-	@python3 tools/test_summary.py $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+test: test-normal test-asan test-fuzz test-tsan test-valgrind
+	@python3 tools/test_summary.py $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD) \
+	  $(VALGRIND_LOG)
 
 bench: build
 	@sh tools/install_deps.sh strace
@@ -120,4 +151,4 @@ bench: build
 	$(BUILD)/kernels/bench_matmul
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD)

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Adds up the results of every `meson test` run given (build dirs) into one closing line
-`N passed, N failed, N skipped`.
+"""Adds up the results of every `meson test` run given into one closing line
+`N passed, N failed, N skipped`. Each argument is a build dir (its meson-logs/testlog.json,
+the log of a plain `meson test`) or the path of one JSON test log (a `meson test --setup NAME`
+run writes meson-logs/testlog-NAME.json, so two runs in one build dir are both counted).
 
 CUnit programs print `LH-TEST-SUMMARY passed=P failed=F skipped=S` (tests/support/runner.c):
 their individual tests count. Any other test (a script) counts as one. A CUnit program that
@@ -16,7 +18,7 @@ SUMMARY = re.compile(r"^LH-TEST-SUMMARY passed=(\d+) failed=(\d+) skipped=(\d+)$
 def main(build_dirs):
     passed = failed = skipped = 0
     for build in build_dirs:
-        path = f"{build}/meson-logs/testlog.json"
+        path = build if build.endswith(".json") else f"{build}/meson-logs/testlog.json"
         try:
             with open(path, encoding="utf-8") as f:
                 records = [json.loads(line) for line in f if line.strip()]
@@ -50,5 +52,5 @@ def main(build_dirs):
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        sys.exit("usage: test_summary.py BUILD_DIR...")
+        sys.exit("usage: test_summary.py BUILD_DIR|TESTLOG.json...")
     sys.exit(main(sys.argv[1:]))

@@ -1,12 +1,17 @@
 /* Concurrent resolves on one registry (DESIGN §3: loading is serialized by one lock): every
- * resolve succeeds, every plugin is dlopened exactly once, every result names the right file. */
+ * resolve succeeds, every plugin is dlopened exactly once, every result names the right file;
+ * and resolves while the custom dirs change (DESIGN §5.5). Also run under ThreadSanitizer
+ * (suite threads, make test-tsan). */
 #include "loader_util.h"
 
 #include "resolve/resolve.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define N_THREADS 8
 #define N_ITERS 50
@@ -184,9 +189,160 @@ static void test_concurrent_failures(void)
     fx_free(&f);
 }
 
+/* Resolves on several threads while one more declares and removes a custom dir over and over
+ * (DESIGN §5.5: every change rebuilds the tables, under the same lock as loading): every
+ * resolve succeeds and names one of the two providers, the built-in or the external copy, and
+ * a dir declared again is restored from its log without a second dlopen. */
+typedef struct toggler {
+    lh_registry *reg;
+    const char *custom;
+    pthread_barrier_t *start;
+    atomic_bool *toggling;
+    unsigned failed;
+    char first_error[512];
+} toggler;
+
+/* a millisecond declared, a millisecond not, so that resolves land on both sides */
+static void pause_1ms(void)
+{
+    const struct timespec ms = {0, 1000 * 1000};
+    nanosleep(&ms, NULL);
+}
+
+static void *toggle_dir(void *arg)
+{
+    toggler *t = arg;
+    pthread_barrier_wait(t->start);
+    for (int it = 0; it < N_ITERS; it++) {
+        lh_err err = {0};
+        lh_status st = reg_add_st(t->reg, t->custom, &err);
+        pause_1ms();
+        if (st == LH_OK)
+            st = reg_remove_st(t->reg, t->custom, &err);
+        pause_1ms();
+        if (st != LH_OK && !t->failed++)
+            snprintf(t->first_error, sizeof t->first_error, "%.400s", err.msg);
+    }
+    atomic_store(t->toggling, false);
+    return NULL;
+}
+
+typedef struct either_worker {
+    lh_registry *reg;
+    const char *builtin, *custom;
+    pthread_barrier_t *start;
+    atomic_bool *toggling;
+    unsigned builtin_hits, custom_hits, wrong, failed;
+    char first_error[512];
+} either_worker;
+
+static void *resolve_either(void *arg)
+{
+    either_worker *w = arg;
+    lh_model_config *cfg = NULL;
+    lh_err err = {0};
+    if (lh_model_config_parse("{\"architectures\": [\"AlphaForCausalLM\"], \"hidden_size\": 64, "
+                              "\"intermediate_size\": 128, \"num_hidden_layers\": 2, "
+                              "\"num_attention_heads\": 4, \"vocab_size\": 100}",
+                              "thread.json", &cfg, &err) != LH_OK)
+        cfg = NULL;
+    lh_run_config rc;
+    lh_run_config_init(&rc);
+    pthread_barrier_wait(w->start);
+    /* at least N_ITERS, and on until the dir changes are over */
+    for (int it = 0; it < N_ITERS || atomic_load(w->toggling); it++) {
+        lh_resolution r;
+        lh_err e = {0};
+        if ((cfg ? lh_resolve(w->reg, cfg, &rc, &r, &e) : LH_E_INTERNAL) != LH_OK) {
+            if (!w->failed++)
+                snprintf(w->first_error, sizeof w->first_error, "%.400s", e.msg);
+            continue;
+        }
+        const lh_module_rec *m = r.entry->module;
+        if (strcmp(m->file_name, "libmodel_tp_alpha.so") != 0)
+            w->wrong++;
+        else if (strcmp(m->dir, w->builtin) == 0 && m->builtin)
+            w->builtin_hits++;
+        else if (strcmp(m->dir, w->custom) == 0 && !m->builtin)
+            w->custom_hits++;
+        else
+            w->wrong++;
+        lh_resolution_free(&r);
+        sched_yield(); /* the dir changes wait on the same lock */
+    }
+    lh_run_config_free(&rc);
+    lh_model_config_free(cfg);
+    return NULL;
+}
+
+static void test_resolve_while_dirs_change(void)
+{
+    fx f;
+    if (!fx_init(&f))
+        return;
+    char *builtin = fx_dir(&f, "plugins", PLUGINS("libmodel_tp_alpha.so"),
+                           ROWS("model AlphaForCausalLM libmodel_tp_alpha.so",
+                                "model SharedForCausalLM libmodel_tp_alpha.so"));
+    char *custom = fx_dir(&f, "custom", PLUGINS("libmodel_tp_alpha.so"),
+                          ROWS("model AlphaForCausalLM libmodel_tp_alpha.so",
+                               "model SharedForCausalLM libmodel_tp_alpha.so"));
+    char *builtin_real = builtin ? realpath(builtin, NULL) : NULL;
+    char *custom_real = custom ? realpath(custom, NULL) : NULL;
+    lh_registry reg;
+    if (builtin_real && custom_real && reg_open(&reg, builtin, false)) {
+        enum { N_RESOLVERS = N_THREADS - 1 };
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, N_THREADS);
+        either_worker w[N_RESOLVERS];
+        pthread_t th[N_THREADS];
+        atomic_bool toggling;
+        atomic_init(&toggling, true);
+        toggler t = {.reg = &reg, .custom = custom, .start = &start, .toggling = &toggling};
+        for (int i = 0; i < N_RESOLVERS; i++) {
+            w[i] = (either_worker){.reg = &reg, .builtin = builtin_real, .custom = custom_real,
+                                   .start = &start, .toggling = &toggling};
+            CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, resolve_either, &w[i]), 0);
+        }
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[N_RESOLVERS], NULL, toggle_dir, &t), 0);
+        unsigned builtin_hits = 0, custom_hits = 0;
+        for (int i = 0; i < N_THREADS; i++)
+            pthread_join(th[i], NULL);
+        for (int i = 0; i < N_RESOLVERS; i++) {
+            if (w[i].failed)
+                fprintf(stderr, "\n  resolver %d: %u failures, first: %s\n", i, w[i].failed,
+                        w[i].first_error);
+            CU_ASSERT_EQUAL(w[i].failed, 0);
+            CU_ASSERT_EQUAL(w[i].wrong, 0);
+            builtin_hits += w[i].builtin_hits;
+            custom_hits += w[i].custom_hits;
+        }
+        printf("\n    %u resolves to the built-in copy, %u to the external one\n    ",
+               builtin_hits, custom_hits);
+        if (t.failed)
+            fprintf(stderr, "\n  dir changes: %u failures, first: %s\n", t.failed, t.first_error);
+        CU_ASSERT_EQUAL(t.failed, 0);
+        CU_ASSERT_TRUE(builtin_hits + custom_hits >= N_RESOLVERS * N_ITERS);
+        /* 50 windows of 1 ms each way: both sides are seen */
+        CU_ASSERT_TRUE(builtin_hits > 0 && custom_hits > 0);
+        CU_ASSERT_TRUE(reg.dlopen_calls <= 2);
+        CU_ASSERT_EQUAL(reg.n_dirs, 0);
+        pthread_barrier_destroy(&start);
+        /* removed at the end: the built-in provides it again */
+        const lh_reg_entry *e = ensure_ok(&reg, LH_KIND_MODEL, "AlphaForCausalLM");
+        CU_ASSERT_TRUE(e && e->module->builtin);
+        lh_registry_destroy(&reg);
+    }
+    free(builtin_real);
+    free(custom_real);
+    free(custom);
+    free(builtin);
+    fx_free(&f);
+}
+
 static CU_TestInfo tests[] = {
     {"8 threads x 50 resolves", test_concurrent_resolve},
     {"concurrent failing loads", test_concurrent_failures},
+    {"7 threads resolving while one adds and removes a custom dir", test_resolve_while_dirs_change},
     CU_TEST_INFO_NULL,
 };
 

@@ -1018,7 +1018,15 @@ class TestConcurrency(ServerTest):
                 self.assertIsNotNone(results[i])
                 self.assertEqual(results[i][0], "ok", results[i][1])
                 self.assertEqual(results[i][1], seeded if kind == "seeded" else isolated[p])
-        m = metrics(self.port)
+        # running / waiting are the scheduler's after its last step (llmhost.h), and a client
+        # can read its last token before the step that sent it has ended: a bounded wait
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while True:
+            m = metrics(self.port)
+            if (metric(m, "llmhost_requests_running") == 0 and
+                    metric(m, "llmhost_requests_waiting") == 0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         self.assertEqual(metric(m, "llmhost_requests_running"), 0)
         self.assertEqual(metric(m, "llmhost_requests_waiting"), 0)
 
@@ -1073,7 +1081,14 @@ class TestCancellation(ServerTest):
             metric(m0, "llmhost_generation_tokens_total")
         self.assertLess(gen, n, "the whole request was generated: not cancelled")
         sys.stderr.write("[stream disconnect: %d of %d tokens generated] " % (gen, n))
-        # docs/serve.md: llmhost_http_disconnects_total counts the cancellations
+        # docs/serve.md: llmhost_http_disconnects_total counts the cancellations; the request's
+        # end counts it after handing the cancel to the scheduler, so the step that ends the
+        # request can come first: a bounded wait, as in test_nonstream_disconnect
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while metric(m, "llmhost_http_disconnects_total") == \
+                metric(m0, "llmhost_http_disconnects_total") and time.monotonic() < deadline:
+            time.sleep(0.02)
+            m = metrics(self.port)
         self.assertEqual(metric(m, "llmhost_http_disconnects_total") -
                          metric(m0, "llmhost_http_disconnects_total"), 1)
         self.assertEqual(http_json(self.port, "GET", "/health", auth=False)[2], {"status": "ok"})
