@@ -21,9 +21,10 @@ PROMPT     ?= Write a short poem about the sea.
 EXPLAIN    ?= tests/fixtures/configs/llama-3.1-8b
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
+# (libclang-rt-dev: libFuzzer and the sanitizer runtimes of clang, only a Recommends of clang)
 DEBIAN_PACKAGES = gcc g++ libc6-dev pkg-config meson ninja-build python3 python3-venv binutils \
                   libjansson-dev libyaml-dev libcunit1-dev libpcre2-dev libutf8proc-dev \
-                  libmicrohttpd-dev clang valgrind
+                  libmicrohttpd-dev clang libclang-rt-dev valgrind
 
 # Python packages of the tools the tests cover (tools/default_model) and of the server tests,
 # in a virtual environment

@@ -87,6 +87,24 @@ static void req_free(req *r)
     free(r);
 }
 
+/* What create allocates per slot and per token (and logprobs' row); NULL entries are fine. */
+static void free_arrays(lh_scheduler *s)
+{
+    free(s->running);
+    free(s->sched);
+    free(s->chunk);
+    free(s->token_start);
+    free(s->n_new);
+    free(s->ctx_len);
+    free(s->slot);
+    free(s->after);
+    free(s->out_rows);
+    free(s->out_of);
+    free(s->tokens);
+    free(s->positions);
+    free(s->host_row);
+}
+
 lh_status lh_scheduler_create_on(lh_runner *d, lh_kctx *kctx, int64_t token_budget,
                                  int prefix_caching, lh_scheduler **out, lh_err *err)
 {
@@ -153,18 +171,7 @@ lh_status lh_scheduler_create_on(lh_runner *d, lh_kctx *kctx, int64_t token_budg
     if (!s->running || !s->sched || !s->chunk || !s->token_start || !s->n_new || !s->ctx_len ||
         !s->slot || !s->after || !s->out_rows || !s->out_of || !s->tokens || !s->positions ||
         pthread_mutex_init(&s->mu, NULL) != 0) {
-        free(s->running);
-        free(s->sched);
-        free(s->chunk);
-        free(s->token_start);
-        free(s->n_new);
-        free(s->ctx_len);
-        free(s->slot);
-        free(s->after);
-        free(s->out_rows);
-        free(s->out_of);
-        free(s->tokens);
-        free(s->positions);
+        free_arrays(s);
         free(s);
         lh_runner_unclaim_slots(d);
         return lh_err_set(err, LH_E_NOMEM, "out of memory for a scheduler of %lld slots",
@@ -194,19 +201,7 @@ void lh_scheduler_free(lh_scheduler *s)
     lh_runner_unclaim_slots(s->d);
     pthread_mutex_destroy(&s->mu);
     free(s->cancels);
-    free(s->running);
-    free(s->sched);
-    free(s->chunk);
-    free(s->token_start);
-    free(s->n_new);
-    free(s->ctx_len);
-    free(s->slot);
-    free(s->after);
-    free(s->out_rows);
-    free(s->out_of);
-    free(s->tokens);
-    free(s->positions);
-    free(s->host_row);
+    free_arrays(s);
     free(s);
 }
 

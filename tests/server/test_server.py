@@ -780,6 +780,8 @@ class TestCompletions(ServerTest):
             self.assertLessEqual(sum(math.exp(v) for v in top.values()), 1 + 1e-4)
             # greedy: the chosen token is the most likely one
             self.assertAlmostEqual(lp.token_logprobs[i], max(top.values()), delta=1e-4)
+            # most likely first, as OpenAI lists them
+            self.assertEqual(list(top.values()), sorted(top.values(), reverse=True), top)
             self.assertIsInstance(lp.tokens[i], str)
         # logprobs 0: the chosen token's logprob only, an empty object per token
         r0 = self.complete(PROMPT, max_tokens=n, ignore_eos=True, logprobs=0)
@@ -1378,6 +1380,11 @@ class TestErrors(ServerTest):
             with self.subTest(method=method, path=path):
                 self.err(method, path, b"{}" if method in ("POST", "PUT") else None,
                          status=405, code="method_not_allowed")
+                # RFC 9110: a 405 names the methods the path takes
+                _, hdrs, _ = request(self.port, method, path,
+                                     b"{}" if method in ("POST", "PUT") else None)
+                self.assertEqual(hdrs.get("allow"),
+                                 "POST" if path.endswith("completions") else "GET, HEAD")
 
     def test_body_too_large(self):
         body = json.dumps(self.comp(prompt="a" * (BODY_LIMIT + 1000))).encode()
